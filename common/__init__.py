@@ -1,0 +1,1 @@
+"""Engine-free parallel decoding: per-request state machines and a transformers reference runner."""

@@ -1,0 +1,46 @@
+"""Lossless verification of drafted tokens against the target's own distributions."""
+
+import torch
+
+from common.sampling import SamplingParams, sample, target_probs
+
+
+def leading_matches(drafts: torch.Tensor, predicted: torch.Tensor) -> int:
+    """Length of the longest prefix on which `drafts` equals `predicted`."""
+    same = (drafts == predicted[: drafts.numel()]).long()
+    return int(same.cumprod(0).sum())
+
+
+def verify(
+    drafts: torch.Tensor,
+    target_logits: torch.Tensor,
+    params: SamplingParams,
+    generator: torch.Generator,
+    draft_probs: torch.Tensor | None = None,
+) -> list[int]:
+    """Accepted drafts plus one target token (bonus or correction).
+
+    `target_logits` has one row more than `drafts`: row i is the target's distribution for drafts[i].
+    Greedy: exact match plus the target's argmax at the first mismatch. Sampling: speculative rejection
+    sampling (Leviathan et al.) with `draft_probs` rows as the proposal, or a point mass on each draft
+    when None (Jacobi), so the output follows the target distribution exactly.
+    """
+    k = drafts.numel()
+    if params.greedy:
+        predicted = target_logits.argmax(-1)
+        accepted = leading_matches(drafts, predicted)
+        return drafts[:accepted].tolist() + [int(predicted[accepted])]
+    p = target_probs(target_logits, params)
+    rows = torch.arange(k)
+    p_draft = p[rows, drafts]
+    q_draft = torch.ones(k) if draft_probs is None else draft_probs[rows, drafts]
+    uniform = torch.rand(k, generator=generator)
+    accepted = int((uniform * q_draft < p_draft).long().cumprod(0).sum())
+    if accepted == k:
+        return drafts.tolist() + [int(sample(p[k], generator))]
+    if draft_probs is None:
+        residual = p[accepted].clone()
+        residual[drafts[accepted]] = 0
+    else:
+        residual = (p[accepted] - draft_probs[accepted]).clamp_min(0)
+    return drafts[:accepted].tolist() + [int(sample(residual / residual.sum(), generator))]

@@ -1,0 +1,50 @@
+"""Loading a checkpoint for the reference runner and reading the ids decoding needs from it."""
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
+
+from common.errors import ConfigError
+
+
+def resolve_mask_token_id(model_config: Any, tokenizer: Any, override: int | None = None) -> int:
+    """The mask id: the explicit override, else the model config's `mask_token_id`, else the tokenizer's.
+
+    Never guessed: a checkpoint with none of the three is refused, naming the field to set.
+    """
+    vocab = getattr(model_config, "vocab_size", None)
+    for source, value in (
+        ("mask_token_id", override),
+        ("the model config's mask_token_id", getattr(model_config, "mask_token_id", None)),
+        ("the tokenizer's mask_token_id", getattr(tokenizer, "mask_token_id", None)),
+    ):
+        if value is None:
+            continue
+        if not isinstance(value, int) or value < 0 or (vocab is not None and value >= vocab):
+            raise ConfigError(f"{source} must be a token id in [0, {vocab}), got {value!r}")
+        return value
+    raise ConfigError(
+        "mask_token_id is required for this method: the model config and tokenizer define none; "
+        'pass it in the method config, e.g. {"mask_token_id": 151665}'
+    )
+
+
+def eos_token_ids(model: PreTrainedModel, tokenizer: Any) -> tuple[int, ...]:
+    """EOS ids from the generation config, the model config and the tokenizer, deduplicated."""
+    ids: list[int] = []
+    sources = (getattr(model, "generation_config", None), model.config, tokenizer)
+    for source in sources:
+        value = getattr(source, "eos_token_id", None) if source is not None else None
+        for token in [value] if isinstance(value, int) else list(value or []):
+            if token not in ids:
+                ids.append(token)
+    return tuple(ids)
+
+
+def load(model_dir: str | Path, device: str = "cpu", dtype: torch.dtype = torch.float32) -> tuple[PreTrainedModel, Any]:
+    """A causal LM in eval mode (SDPA attention, which takes our 4-D masks) and its tokenizer."""
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, attn_implementation="sdpa")
+    return model.to(device).eval(), tokenizer

@@ -1,0 +1,122 @@
+"""The per-request state machine every method implements: plan a forward, then digest its logits."""
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import torch
+
+from common.errors import require
+from common.sampling import SamplingParams, choose
+from common.window import Forward, Outcome, causal_forward
+
+
+@dataclass(frozen=True)
+class Limits:
+    """When a request stops: after `max_tokens` generated tokens or on any of `eos_token_ids` (kept)."""
+
+    max_tokens: int = 64
+    eos_token_ids: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        require(self.max_tokens >= 1, "max_tokens", "a positive integer", self.max_tokens)
+
+
+class Decoder(ABC):
+    """One request. The first forward is the prompt's causal prefill; each later one is the method's.
+
+    Invariant: the KV of `tokens[:cache_len]` is valid in the cache; after `apply` the caller crops the
+    cache to `cache_len` (the method says how many forwarded rows stay valid via `Outcome.kv_keep`).
+    """
+
+    def __init__(self, prompt: list[int], sampling: SamplingParams, limits: Limits) -> None:
+        require(len(prompt) > 0, "prompt", "at least one token", prompt)
+        self.prompt = list(prompt)
+        self.output: list[int] = []
+        self.sampling = sampling
+        self.limits = limits
+        self.generator = sampling.generator()
+        self.cache_len = 0
+        self.finished = False
+        self.forwards = 0
+        self.decode_rows = 0
+        self._pending: Forward | None = None
+
+    @property
+    def tokens(self) -> list[int]:
+        return self.prompt + self.output
+
+    @property
+    def tokens_per_forward(self) -> float:
+        return len(self.output) / max(self.forwards, 1)
+
+    @property
+    def p_cache(self) -> float:
+        """WeDLM eq. 4: generated tokens over token rows processed by post-prefill forwards."""
+        return len(self.output) / max(self.decode_rows, 1)
+
+    def next_forward(self) -> Forward:
+        """What the next forward must contain."""
+        assert not self.finished, "request already finished"
+        self._pending = self.prefill() if self.forwards == 0 else self.plan()
+        return self._pending
+
+    def apply(self, logits: torch.Tensor) -> Outcome:
+        """Digest the logits of the planned forward's `logit_rows` (in that order)."""
+        forward, self._pending = self._pending, None
+        assert forward is not None, "apply() without next_forward()"
+        if self.forwards:
+            self.decode_rows += forward.num_tokens
+        first = self.forwards == 0
+        self.forwards += 1
+        outcome = self.after_prefill(logits) if first else self.update(logits)
+        self.cache_len += outcome.kv_keep
+        outcome.committed = self.commit(outcome.committed)
+        return outcome
+
+    def commit(self, tokens: list[int]) -> list[int]:
+        """Append tokens up to the first EOS (inclusive) or max_tokens; return what was appended."""
+        room = self.limits.max_tokens - len(self.output)
+        kept = tokens[:room]
+        for i, token in enumerate(kept):
+            if token in self.limits.eos_token_ids:
+                kept = kept[: i + 1]
+                self.finished = True
+                break
+        self.output.extend(kept)
+        if len(self.output) >= self.limits.max_tokens:
+            self.finished = True
+        return kept
+
+    @property
+    def remaining(self) -> int:
+        return self.limits.max_tokens - len(self.output)
+
+    def prefill(self) -> Forward:
+        """Causal prefill of the whole prompt; its last row gives the first token."""
+        return causal_forward(self.prompt, 0, [len(self.prompt) - 1])
+
+    def after_prefill(self, logits: torch.Tensor) -> Outcome:
+        first = int(choose(logits, self.sampling, self.generator)[0])
+        return Outcome([first], kv_keep=len(self.prompt))
+
+    @abstractmethod
+    def plan(self) -> Forward:
+        """The method's next forward after the prefill."""
+
+    @abstractmethod
+    def update(self, logits: torch.Tensor) -> Outcome:
+        """Turn the planned forward's logits into committed tokens and the next window."""
+
+
+class AutoregressiveDecoder(Decoder):
+    """Plain one-token-per-forward decoding: the baseline every lossless method must reproduce."""
+
+    def __init__(self, prompt: list[int], sampling: SamplingParams, limits: Limits, config: object = None):
+        super().__init__(prompt, sampling, limits)
+
+    def plan(self) -> Forward:
+        return causal_forward(self.tokens[self.cache_len :], self.cache_len, [len(self.tokens) - self.cache_len - 1])
+
+    def update(self, logits: torch.Tensor) -> Outcome:
+        token = int(choose(logits, self.sampling, self.generator)[0])
+        return Outcome([token], kv_keep=len(self.tokens) - self.cache_len)

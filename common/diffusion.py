@@ -1,0 +1,87 @@
+"""Nemotron-Labs-Diffusion block diffusion (seed 001, section 3.2).
+
+Per block `[seed, mask x (B-1)]`: bidirectional forwards over the cached prefix (KV not kept) reveal the
+most confident mask plus every mask whose confidence reaches tau (shifted logits: row j-1 predicts slot
+j); once the block is revealed one causal forward writes its KV and its last row gives the next seed.
+"""
+
+from dataclasses import dataclass
+
+import torch
+
+from common.decoder import Decoder, Limits
+from common.errors import require, require_mask_token
+from common.sampling import SamplingParams, choose
+from common.window import Attention, Forward, Outcome, causal_forward
+
+
+@dataclass(frozen=True)
+class DiffusionConfig:
+    block_size: int = 32
+    confidence_threshold: float = 0.9
+    mask_token_id: int | None = None
+
+    def __post_init__(self) -> None:
+        require(isinstance(self.block_size, int) and self.block_size >= 2, "block_size", "an integer >= 2",
+                self.block_size)
+        require(0 < self.confidence_threshold <= 1, "confidence_threshold", "in (0, 1]", self.confidence_threshold)
+        require(self.mask_token_id is None or self.mask_token_id >= 0, "mask_token_id", "a token id >= 0",
+                self.mask_token_id)
+
+
+def reveal(logits: torch.Tensor, masked: torch.Tensor, threshold: float, mask_token_id: int,
+           params: SamplingParams, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Slots to reveal (top-1 plus all with confidence >= threshold) among `masked`, and their tokens."""
+    logits = logits.float().clone()
+    logits[:, mask_token_id] = float("-inf")
+    candidates = choose(logits, params, generator)
+    confidence = logits.softmax(-1).gather(-1, candidates[:, None]).squeeze(-1)
+    confidence = confidence.masked_fill(~masked, -1.0)
+    chosen = (confidence >= threshold) & masked
+    chosen[confidence.argmax()] = True
+    return chosen, candidates
+
+
+class DiffusionDecoder(Decoder):
+    def __init__(self, prompt: list[int], sampling: SamplingParams, limits: Limits, config: DiffusionConfig):
+        require_mask_token(config.mask_token_id)
+        super().__init__(prompt, sampling, limits)
+        self.config = config
+        self.block: torch.Tensor | None = None
+        self._masked = torch.zeros(0, dtype=torch.bool)
+
+    def _new_block(self) -> None:
+        size = min(self.config.block_size - 1, self.remaining)
+        self.block = torch.tensor([self.tokens[-1]] + [self.config.mask_token_id] * size)
+        self._masked = torch.tensor([False] + [True] * size)
+
+    def plan(self) -> Forward:
+        if self.block is None:
+            self._new_block()
+        start = len(self.tokens) - 1
+        if self._masked.any():
+            n = self.block.numel()
+            return Forward(
+                token_ids=self.block.clone(),
+                positions=torch.arange(start, start + n),
+                logit_rows=torch.arange(n - 1),
+                attention=Attention.BIDIRECTIONAL,
+            )
+        return causal_forward(self.block.tolist(), start, [self.block.numel() - 1])
+
+    def update(self, logits: torch.Tensor) -> Outcome:
+        if self._masked.any():
+            chosen, tokens = reveal(logits, self._masked[1:], self.config.confidence_threshold,
+                                    self.config.mask_token_id, self.sampling, self.generator)
+            self.block[1:][chosen] = tokens[chosen]
+            self._masked[1:] &= ~chosen
+            revealed = self.block[1:].tolist()
+            ends = any(t in self.limits.eos_token_ids for t in revealed) or len(revealed) >= self.remaining
+            if self._masked.any() or not ends:
+                return Outcome()
+            self.block = None
+            return Outcome(revealed)
+        revealed = self.block[1:].tolist()
+        seed = int(choose(logits, self.sampling, self.generator)[0])
+        self.block = None
+        return Outcome(revealed + [seed], kv_keep=len(revealed) + 1)

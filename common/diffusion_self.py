@@ -1,0 +1,87 @@
+"""Nemotron-Labs-Diffusion linear self-speculation: a bidirectional draft pass, then a causal verify pass.
+
+Draft: `[seed, mask x k]` with bidirectional attention inside the block over the cached prefix, KV not
+kept, shifted logits (row j-1 drafts slot j), mask token never drafted. Verify: `[seed, drafts]` causal;
+exact match plus bonus when greedy, speculative rejection sampling with the draft's probabilities otherwise.
+"""
+
+from dataclasses import dataclass
+
+import torch
+
+from common.acceptance import verify
+from common.decoder import Decoder, Limits
+from common.errors import require, require_mask_token
+from common.sampling import SamplingParams, target_probs
+from common.window import Attention, Forward, Outcome, causal_forward
+
+DRAFT_ADAPTER = "draft"
+
+
+@dataclass(frozen=True)
+class DiffusionSelfConfig:
+    """`num_speculative_tokens` masks drafted per step; `draft_adapter` names a LoRA used only when drafting."""
+
+    num_speculative_tokens: int = 31
+    mask_token_id: int | None = None
+    draft_adapter: str | None = None
+
+    def __post_init__(self) -> None:
+        k = self.num_speculative_tokens
+        require(isinstance(k, int) and k >= 1, "num_speculative_tokens", "a positive integer", k)
+        require(self.mask_token_id is None or self.mask_token_id >= 0, "mask_token_id", "a token id >= 0",
+                self.mask_token_id)
+
+
+def draft_distribution(logits: torch.Tensor, mask_token_id: int, params: SamplingParams) -> torch.Tensor:
+    """The proposal q the drafts are sampled from: the processed distribution with the mask token removed."""
+    logits = logits.float().clone()
+    logits[:, mask_token_id] = float("-inf")
+    return target_probs(logits, params)
+
+
+class DiffusionSelfDecoder(Decoder):
+    """Alternates draft and verify forwards; each verify commits 1..k+1 tokens."""
+
+    def __init__(self, prompt: list[int], sampling: SamplingParams, limits: Limits, config: DiffusionSelfConfig):
+        require_mask_token(config.mask_token_id)
+        super().__init__(prompt, sampling, limits)
+        self.config = config
+        self.drafts: torch.Tensor | None = None
+        self.draft_probs: torch.Tensor | None = None
+
+    @property
+    def width(self) -> int:
+        """Drafts this step: never more than the tokens still allowed after the bonus."""
+        return min(self.config.num_speculative_tokens, self.remaining - 1)
+
+    @property
+    def seed_position(self) -> int:
+        return len(self.tokens) - 1
+
+    def plan(self) -> Forward:
+        seed = self.tokens[-1]
+        if self.drafts is None and self.width > 0:
+            k = self.width
+            return Forward(
+                token_ids=torch.tensor([seed] + [self.config.mask_token_id] * k),
+                positions=torch.arange(self.seed_position, self.seed_position + k + 1),
+                logit_rows=torch.arange(k),
+                attention=Attention.BIDIRECTIONAL,
+                adapter=DRAFT_ADAPTER if self.config.draft_adapter else None,
+            )
+        drafts = [] if self.drafts is None else self.drafts.tolist()
+        return causal_forward([seed] + drafts, self.seed_position, list(range(len(drafts) + 1)))
+
+    def update(self, logits: torch.Tensor) -> Outcome:
+        if self.drafts is None and self.width > 0:
+            self.draft_probs = draft_distribution(logits, self.config.mask_token_id, self.sampling)
+            if self.sampling.greedy:
+                self.drafts = self.draft_probs.argmax(-1)
+            else:
+                self.drafts = torch.multinomial(self.draft_probs, 1, generator=self.generator).squeeze(-1)
+            return Outcome()
+        drafts = self.drafts if self.drafts is not None else torch.zeros(0, dtype=torch.long)
+        committed = verify(drafts, logits, self.sampling, self.generator, self.draft_probs)
+        self.drafts = self.draft_probs = None
+        return Outcome(committed, kv_keep=len(committed))

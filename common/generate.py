@@ -1,0 +1,79 @@
+"""Offline generation with any method on a transformers checkpoint: the oracle for the engine adapters.
+
+    python -m common.generate --model DIR --method {ar,jacobi,diffusion_self,diffusion,wedlm} \\
+        [--config JSON] [--max-tokens N] [--temperature T] [--top-p P] [--seed S] \\
+        --prompts-file FILE --json OUT
+"""
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from common.checkpoint import eos_token_ids, load, resolve_mask_token_id
+from common.decoder import Limits
+from common.errors import ConfigError
+from common.methods import METHODS, make_decoder, needs_mask_token, parse_config
+from common.runner import ReferenceRunner
+from common.sampling import SamplingParams
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m common.generate", description=__doc__.splitlines()[0])
+    parser.add_argument("--model", required=True, help="checkpoint directory")
+    parser.add_argument("--method", required=True, choices=sorted(METHODS))
+    parser.add_argument("--config", default=None, help="method settings as a JSON object")
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--temperature", type=float, default=0.0)
+    parser.add_argument("--top-p", type=float, default=1.0)
+    parser.add_argument("--top-k", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--prompts-file", required=True, help="one prompt per line")
+    parser.add_argument("--json", required=True, help="where to write the per-prompt results")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--no-cache", action="store_true", help="recompute the prefix every forward")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    try:
+        config = parse_config(args.method, args.config)
+        sampling = SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed)
+        Limits(max_tokens=args.max_tokens)
+    except ConfigError as err:
+        sys.exit(f"error: {err}")
+    prompts = Path(args.prompts_file).read_text(encoding="utf-8").splitlines()
+    model, tokenizer = load(args.model, device=args.device)
+    if needs_mask_token(args.method):
+        try:
+            mask_id = resolve_mask_token_id(model.config, tokenizer, config.mask_token_id)
+        except ConfigError as err:
+            sys.exit(f"error: {err}")
+        config = dataclasses.replace(config, mask_token_id=mask_id)
+    limits = Limits(max_tokens=args.max_tokens, eos_token_ids=eos_token_ids(model, tokenizer))
+    runner = ReferenceRunner(model, use_cache=not args.no_cache)
+    records = []
+    for prompt in prompts:
+        ids = tokenizer.encode(prompt)
+        result = runner.run(make_decoder(args.method, config, ids, sampling, limits))
+        records.append({
+            "prompt": prompt,
+            "token_ids": result.token_ids,
+            "text": tokenizer.decode(result.token_ids),
+            "forwards": result.forwards,
+            "tokens_per_forward": result.tokens_per_forward,
+            "p_cache": result.p_cache,
+            "seconds": result.seconds,
+        })
+    Path(args.json).write_text(json.dumps(records, indent=1), encoding="utf-8")
+    total = sum(len(r["token_ids"]) for r in records)
+    forwards = sum(r["forwards"] for r in records)
+    print(f"{args.method}: {len(records)} prompts, {total} tokens, {total / max(forwards, 1):.2f} tokens/forward")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,204 @@
+"""Jacobi decoding and Jacobi Forcing's multi-block decoding with rejection recycling (seed 002, Alg. 1).
+
+One causal window per step: the uncached committed tokens (the seed), the real-active (RA) block's drafts,
+then K-1 pseudo-active blocks of n positions each. Only RA drafts are verified for commit (exact match plus
+bonus when greedy, the lossless point-mass rejection rule when sampling); pseudo blocks freeze the prefix
+that matches their own predictions and are promoted to RA, then re-verified, when RA completes. Rejected RA
+tails enter an n-gram pool; pool continuations of the seed are verified as extra branches that see only the
+prefix and the seed, and the branch with the most accepted tokens wins. Branch choice uses greedy matches,
+a deterministic function of the forward, so sampling stays exact.
+"""
+
+import math
+from collections import deque
+from dataclasses import dataclass
+
+import torch
+
+from common.acceptance import leading_matches, verify
+from common.decoder import Decoder, Limits
+from common.errors import require
+from common.sampling import SamplingParams, choose
+from common.window import Attention, Forward, Outcome
+
+
+@dataclass(frozen=True)
+class JacobiConfig:
+    """n drafts per block; K blocks (1 = plain Jacobi with a running window); spawn ratio r; n-gram pool."""
+
+    block_size: int = 16
+    num_blocks: int = 1
+    spawn_ratio: float = 0.85
+    pool_size: int = 0
+    verification_size: int = 4
+
+    def __post_init__(self) -> None:
+        require(isinstance(self.block_size, int) and self.block_size >= 1, "block_size", "a positive integer",
+                self.block_size)
+        require(isinstance(self.num_blocks, int) and self.num_blocks >= 1, "num_blocks", "a positive integer",
+                self.num_blocks)
+        require(0 < self.spawn_ratio <= 1, "spawn_ratio", "in (0, 1]", self.spawn_ratio)
+        require(isinstance(self.pool_size, int) and self.pool_size >= 0, "pool_size", "an integer >= 0",
+                self.pool_size)
+        require(isinstance(self.verification_size, int) and self.verification_size >= 0, "verification_size",
+                "an integer >= 0", self.verification_size)
+
+    @property
+    def spawn_threshold(self) -> int:
+        return math.ceil(self.spawn_ratio * self.block_size)
+
+
+@dataclass
+class PseudoBlock:
+    """A pseudo-active block: n draft tokens from `start`, the first `accepted` frozen."""
+
+    start: int
+    tokens: list[int]
+    accepted: int = 0
+
+
+class JacobiDecoder(Decoder):
+    def __init__(self, prompt: list[int], sampling: SamplingParams, limits: Limits, config: JacobiConfig):
+        super().__init__(prompt, sampling, limits)
+        self.config = config
+        self.ra_drafts: list[int] = []
+        self.fixed_ra_end = 0
+        self.blocks: list[PseudoBlock] = []
+        self.pool: deque[list[int]] = deque(maxlen=config.pool_size)
+        self._branches: list[list[int]] = []
+
+    @property
+    def next_position(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def last_position(self) -> int:
+        """The last logical position a committed token can take."""
+        return len(self.prompt) + self.limits.max_tokens - 1
+
+    @property
+    def ra_end(self) -> int:
+        """Exclusive end of the real-active block: running for plain Jacobi, fixed for multi-block."""
+        if self.config.num_blocks == 1:
+            return self.next_position + self.config.block_size
+        return self.fixed_ra_end
+
+    @property
+    def window_end(self) -> int:
+        end = self.blocks[-1].start + self.config.block_size if self.blocks else self.ra_end
+        return min(end, self.last_position + 1)
+
+    def main_drafts(self) -> list[int]:
+        """Draft tokens for positions next_position .. window_end-1, RA first then pseudo blocks."""
+        drafts = self.ra_drafts[: self.ra_end - self.next_position]
+        for block in self.blocks:
+            drafts = drafts + block.tokens
+        return drafts[: self.window_end - self.next_position]
+
+    def candidates(self) -> list[list[int]]:
+        """Pool continuations of the seed, newest first, at most `verification_size`, none a prefix of RA."""
+        seed, room = self.tokens[-1], min(self.config.block_size, self.last_position + 1 - self.next_position)
+        found: list[list[int]] = []
+        for seq in reversed(self.pool):
+            for i, token in enumerate(seq[:-1]):
+                cand = seq[i + 1 : i + 1 + room]
+                if token == seed and cand not in found and cand != self.ra_drafts[: len(cand)]:
+                    found.append(cand)
+        return found[: self.config.verification_size]
+
+    def after_prefill(self, logits: torch.Tensor) -> Outcome:
+        outcome = super().after_prefill(logits)
+        first = outcome.committed[0]
+        self.fixed_ra_end = len(self.prompt) + 1 + self.config.block_size
+        self.ra_drafts = [first] * self.config.block_size
+        return outcome
+
+    def plan(self) -> Forward:
+        pending = self.tokens[self.cache_len :]
+        main = pending + self.main_drafts()
+        self._branches = self.candidates()
+        ids = main + [t for cand in self._branches for t in cand]
+        positions = list(range(self.cache_len, self.cache_len + len(main)))
+        n_main, n = len(main), len(ids)
+        visible = torch.ones(n, n, dtype=torch.bool).tril()
+        start = n_main
+        for cand in self._branches:
+            positions += range(self.next_position, self.next_position + len(cand))
+            visible[start : start + len(cand), len(pending) : start] = False
+            start += len(cand)
+        custom = bool(self._branches)
+        return Forward(
+            token_ids=torch.tensor(ids),
+            positions=torch.tensor(positions),
+            logit_rows=torch.arange(len(pending) - 1, n),
+            attention=Attention.CUSTOM if custom else Attention.CAUSAL,
+            mask=visible if custom else None,
+        )
+
+    def update(self, logits: torch.Tensor) -> Outcome:
+        n_pending = len(self.tokens) - self.cache_len
+        drafts = self.main_drafts()
+        main_logits, branch_logits = logits[: len(drafts) + 1], logits[len(drafts) + 1 :]
+        ra = torch.tensor(drafts[: self.ra_end - self.next_position], dtype=torch.long)
+        greedy_main = main_logits.argmax(-1)
+        options = [(ra, main_logits[: ra.numel() + 1])]
+        offset = 0
+        for cand in self._branches:
+            rows = torch.cat([main_logits[:1], branch_logits[offset : offset + len(cand)]])
+            options.append((torch.tensor(cand), rows))
+            offset += len(cand)
+        scores = [leading_matches(d, rows.argmax(-1)) for d, rows in options]
+        best = max(range(len(options)), key=lambda i: (scores[i], -i))
+        committed = verify(*options[best], self.sampling, self.generator)
+        if scores[0] < ra.numel() and self.config.pool_size:
+            self.pool.append(ra[scores[0] :].tolist())
+        predicted = greedy_main if self.sampling.greedy else choose(main_logits, self.sampling, self.generator)
+        self._advance(predicted.tolist(), len(committed))
+        kv_keep = n_pending + (len(committed) - 1 if best == 0 else 0)
+        return Outcome(committed, kv_keep=kv_keep)
+
+    def _advance(self, predicted: list[int], num_committed: int) -> None:
+        """Jacobi update of every block from this forward's predictions, then promote and spawn."""
+        old_next = self.next_position
+        new_next = old_next + num_committed
+        n = self.config.block_size
+
+        def pred(position: int) -> int | None:
+            index = position - old_next
+            return predicted[index] if 0 <= index < len(predicted) else None
+
+        def refresh(start: int, tokens: list[int], frozen: int) -> list[int]:
+            return tokens[:frozen] + [
+                p if (p := pred(start + i)) is not None else tok for i, tok in enumerate(tokens) if i >= frozen
+            ]
+
+        for block in self.blocks:
+            while block.accepted < n and block.tokens[block.accepted] == pred(block.start + block.accepted):
+                block.accepted += 1
+            block.tokens = refresh(block.start, block.tokens, block.accepted)
+        tail = [p for pos in range(new_next, old_next + len(predicted)) if (p := pred(pos)) is not None]
+        if self.config.num_blocks == 1:
+            self.ra_drafts = self._pad(tail, n)
+            return
+        self.ra_drafts = self._pad(tail, self.fixed_ra_end - new_next)
+        while new_next >= self.fixed_ra_end:
+            if self.blocks:
+                block = self.blocks.pop(0)
+                self.fixed_ra_end = block.start + n
+                self.ra_drafts = block.tokens[new_next - block.start :]
+            else:
+                self.fixed_ra_end = new_next + n
+                self.ra_drafts = self._pad(tail, n)
+        newest = self.blocks[-1].accepted if self.blocks else n - (self.fixed_ra_end - new_next)
+        start = self.blocks[-1].start + n if self.blocks else self.fixed_ra_end
+        if (
+            len(self.blocks) + 1 < self.config.num_blocks
+            and newest >= self.config.spawn_threshold
+            and start <= self.last_position
+        ):
+            self.blocks.append(PseudoBlock(start, self._pad(self.ra_drafts, n)[:n]))
+
+    def _pad(self, tokens: list[int], length: int) -> list[int]:
+        """`tokens` cut or padded to `length` by repeating the last one (the seed when empty)."""
+        fill = tokens[-1] if tokens else self.tokens[-1]
+        return (tokens + [fill] * length)[: max(length, 0)]

@@ -1,0 +1,67 @@
+"""Method names, their config classes and decoders, and config parsing with named-field errors."""
+
+import dataclasses
+import json
+from collections.abc import Callable
+from typing import Any
+
+from common.decoder import AutoregressiveDecoder, Decoder, Limits
+from common.diffusion import DiffusionConfig, DiffusionDecoder
+from common.diffusion_self import DiffusionSelfConfig, DiffusionSelfDecoder
+from common.errors import ConfigError
+from common.jacobi import JacobiConfig, JacobiDecoder
+from common.sampling import SamplingParams
+from common.wedlm import WeDLMConfig, WeDLMDecoder
+
+
+@dataclasses.dataclass(frozen=True)
+class ARConfig:
+    """Plain autoregressive decoding has no settings."""
+
+
+METHODS: dict[str, tuple[type, type[Decoder]]] = {
+    "ar": (ARConfig, AutoregressiveDecoder),
+    "jacobi": (JacobiConfig, JacobiDecoder),
+    "diffusion_self": (DiffusionSelfConfig, DiffusionSelfDecoder),
+    "diffusion": (DiffusionConfig, DiffusionDecoder),
+    "wedlm": (WeDLMConfig, WeDLMDecoder),
+}
+
+
+def needs_mask_token(method: str) -> bool:
+    return "mask_token_id" in config_fields(method)
+
+
+def config_fields(method: str) -> list[str]:
+    if method not in METHODS:
+        raise ConfigError(f"method must be one of {sorted(METHODS)}, got {method!r}")
+    return [f.name for f in dataclasses.fields(METHODS[method][0])]
+
+
+def parse_config(method: str, settings: dict[str, Any] | str | None = None, **defaults: Any) -> Any:
+    """Build the method's typed config from JSON or a dict; `defaults` fill fields the user left out."""
+    if isinstance(settings, str):
+        try:
+            settings = json.loads(settings)
+        except json.JSONDecodeError as err:
+            raise ConfigError(f"config is not valid JSON: {err}") from None
+    settings = dict(settings or {})
+    if not isinstance(settings, dict):
+        raise ConfigError(f"config must be a JSON object, got {settings!r}")
+    allowed = config_fields(method)
+    unknown = sorted(set(settings) - set(allowed))
+    if unknown:
+        raise ConfigError(f"{method} config has unknown field(s) {unknown}; allowed: {allowed}")
+    for name, value in defaults.items():
+        if name in allowed and settings.get(name) is None:
+            settings[name] = value
+    try:
+        return METHODS[method][0](**settings)
+    except (TypeError, ConfigError) as err:
+        raise ConfigError(f"{method} config: {err}") from None
+
+
+def make_decoder(method: str, config: Any, prompt: list[int], sampling: SamplingParams, limits: Limits) -> Decoder:
+    """A fresh per-request decoder for `method`."""
+    decoder_cls: Callable[..., Decoder] = METHODS[method][1]
+    return decoder_cls(prompt, sampling, limits, config)

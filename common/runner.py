@@ -1,0 +1,86 @@
+"""The reference runner: drives any decoder on a transformers causal LM, with a KV cache or recomputing."""
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+
+import torch
+from transformers import DynamicCache, PreTrainedModel
+
+from common.attention import additive_mask
+from common.decoder import Decoder
+from common.window import Forward
+
+Adapter = Callable[[], AbstractContextManager]
+
+
+@dataclass
+class Result:
+    """What one request produced and what it cost."""
+
+    token_ids: list[int]
+    forwards: int
+    tokens_per_forward: float
+    p_cache: float
+    seconds: float
+
+
+class ReferenceRunner:
+    """Runs decoders one request at a time.
+
+    With `use_cache` the cache holds the decoder's committed KV and is cropped after every forward; without
+    it every forward recomputes the committed prefix from scratch (the oracle for the cached path).
+    `adapters` maps a forward's adapter name (e.g. NLD's draft LoRA) to a context that enables it.
+    """
+
+    def __init__(self, model: PreTrainedModel, use_cache: bool = True, adapters: dict[str, Adapter] | None = None):
+        self.model = model
+        self.use_cache = use_cache
+        self.adapters = adapters or {}
+        self.device = next(model.parameters()).device
+        self.dtype = next(model.parameters()).dtype
+
+    def run(self, decoder: Decoder) -> Result:
+        start = time.perf_counter()
+        for _ in self.steps(decoder):
+            pass
+        return Result(
+            token_ids=list(decoder.output),
+            forwards=decoder.forwards,
+            tokens_per_forward=decoder.tokens_per_forward,
+            p_cache=decoder.p_cache,
+            seconds=time.perf_counter() - start,
+        )
+
+    def steps(self, decoder: Decoder) -> Iterator[DynamicCache | None]:
+        """Run `decoder` to the end, yielding the cache after each forward (None when recomputing)."""
+        cache = DynamicCache(config=self.model.config) if self.use_cache else None
+        while not decoder.finished:
+            forward = decoder.next_forward()
+            adapter = self.adapters.get(forward.adapter, nullcontext) if forward.adapter else nullcontext
+            with adapter():
+                logits = self.logits(forward, decoder, cache)
+            decoder.apply(logits)
+            if cache is not None and cache.get_seq_length() > decoder.cache_len:
+                cache.crop(decoder.cache_len - cache.get_seq_length())
+            yield cache
+
+    @torch.inference_mode()
+    def logits(self, forward: Forward, decoder: Decoder, cache: DynamicCache | None) -> torch.Tensor:
+        """Logits of the forward's `logit_rows`, float32 on CPU."""
+        prefix = decoder.cache_len
+        ids, positions = forward.token_ids, forward.positions
+        if cache is None:
+            ids = torch.cat([torch.tensor(decoder.tokens[:prefix], dtype=torch.long), ids])
+            positions = torch.cat([torch.arange(prefix), positions])
+        mask = additive_mask(forward, prefix, self.dtype, recompute=cache is None)
+        out = self.model(
+            input_ids=ids[None].to(self.device),
+            position_ids=positions[None].to(self.device),
+            attention_mask=mask.to(self.device),
+            past_key_values=cache,
+            use_cache=cache is not None,
+        )
+        rows = forward.logit_rows + (prefix if cache is None else 0)
+        return out.logits[0, rows.to(self.device)].float().cpu()

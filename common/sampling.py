@@ -1,0 +1,66 @@
+"""Per-request sampling parameters and the processed distribution every method samples from."""
+
+from dataclasses import dataclass
+
+import torch
+
+from common.errors import require
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Temperature 0 means greedy; top_k 0 means no top-k cut."""
+
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        require(self.temperature >= 0, "temperature", ">= 0", self.temperature)
+        require(0 < self.top_p <= 1, "top_p", "in (0, 1]", self.top_p)
+        require(self.top_k >= 0, "top_k", ">= 0", self.top_k)
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    def generator(self) -> torch.Generator:
+        """A CPU generator seeded from `seed` (fresh entropy when None)."""
+        gen = torch.Generator()
+        if self.seed is None:
+            gen.seed()
+        else:
+            gen.manual_seed(self.seed)
+        return gen
+
+
+def target_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """Rows of `logits` turned into the distribution decoding samples from (temperature, top-k, top-p)."""
+    logits = logits.float()
+    if params.greedy:
+        return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
+    logits = logits / params.temperature
+    if params.top_k:
+        kth = logits.topk(min(params.top_k, logits.shape[-1]), dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = logits.softmax(-1)
+    if params.top_p < 1:
+        sorted_probs, order = probs.sort(-1, descending=True)
+        mass_before = sorted_probs.cumsum(-1) - sorted_probs
+        sorted_probs = sorted_probs.masked_fill(mass_before >= params.top_p, 0.0)
+        probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
+        probs = probs / probs.sum(-1, keepdim=True)
+    return probs
+
+
+def sample(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """One token per row of `probs`."""
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+def choose(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator) -> torch.Tensor:
+    """Argmax per row when greedy, else a sample from the processed distribution."""
+    if params.greedy:
+        return logits.argmax(-1)
+    return sample(target_probs(logits, params), generator)

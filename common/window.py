@@ -1,0 +1,62 @@
+"""What one forward must contain, and what a method makes of its logits."""
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+import torch
+
+
+class Attention(Enum):
+    """Attention among the forwarded rows; the cached prefix is always fully visible."""
+
+    CAUSAL = "causal"
+    BIDIRECTIONAL = "bidirectional"
+    CUSTOM = "custom"
+
+
+@dataclass(frozen=True)
+class Forward:
+    """One forward over the cached prefix: rows in physical order with their logical (RoPE) positions."""
+
+    token_ids: torch.Tensor
+    positions: torch.Tensor
+    logit_rows: torch.Tensor
+    attention: Attention = Attention.CAUSAL
+    mask: torch.Tensor | None = None
+    adapter: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.attention is Attention.CUSTOM) != (self.mask is not None):
+            raise ValueError("an explicit mask is given exactly when attention is CUSTOM")
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.token_ids.numel())
+
+    def visibility(self) -> torch.Tensor:
+        """Boolean [n, n]: row i may attend to forwarded row j."""
+        n = self.num_tokens
+        if self.attention is Attention.CAUSAL:
+            return torch.ones(n, n, dtype=torch.bool).tril()
+        if self.attention is Attention.BIDIRECTIONAL:
+            return torch.ones(n, n, dtype=torch.bool)
+        return self.mask
+
+
+@dataclass
+class Outcome:
+    """Tokens committed by one forward and how many leading forwarded rows keep their KV."""
+
+    committed: list[int] = field(default_factory=list)
+    kv_keep: int = 0
+
+
+def causal_forward(token_ids: list[int], start: int, logit_rows: list[int], **kwargs) -> Forward:
+    """A forward over consecutive logical positions starting at `start`."""
+    n = len(token_ids)
+    return Forward(
+        token_ids=torch.tensor(token_ids, dtype=torch.long),
+        positions=torch.arange(start, start + n, dtype=torch.long),
+        logit_rows=torch.tensor(logit_rows, dtype=torch.long),
+        **kwargs,
+    )

@@ -1,0 +1,108 @@
+"""Build small random HF checkpoints (Qwen3, Qwen2, Llama) with a byte-level BPE tokenizer and a mask token.
+
+Deterministic (fixed seeds, tokenizer trained on a fixed list of standard-library sources) and offline.
+Weights use a wide init (std 0.3) so the top two logits sit far apart and greedy comparisons across
+kernels do not flip on rounding.
+
+    python scripts/make_tiny_models.py OUTDIR
+"""
+
+import argparse
+import sysconfig
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import (
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedTokenizerFast,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+)
+
+FAMILIES = {
+    "qwen3": (Qwen3Config, Qwen3ForCausalLM),
+    "qwen2": (Qwen2Config, Qwen2ForCausalLM),
+    "llama": (LlamaConfig, LlamaForCausalLM),
+}
+SPECIAL_TOKENS = ["<|endoftext|>", "<|mask|>"]
+CORPUS_FILES = ["textwrap.py", "string.py", "heapq.py", "bisect.py", "fnmatch.py", "shlex.py", "calendar.py"]
+INIT_STD = 0.3
+
+
+def train_tokenizer(vocab_size: int = 512) -> PreTrainedTokenizerFast:
+    """Byte-level BPE trained on standard-library sources present on every Python install."""
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    texts = [(stdlib / name).read_text(encoding="utf-8") for name in CORPUS_FILES]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer=trainer)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, eos_token="<|endoftext|>", mask_token="<|mask|>", pad_token="<|endoftext|>"
+    )
+
+
+def build_model(family: str, vocab_size: int, mask_token_id: int, eos_token_id: int, seed: int = 0,
+                hidden_size: int = 64, num_layers: int = 2) -> torch.nn.Module:
+    """A random causal LM of `family` with wide-init weights and `mask_token_id` in its config."""
+    config_cls, model_cls = FAMILIES[family]
+    config = config_cls(
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=hidden_size // 4,
+        max_position_embeddings=2048,
+        tie_word_embeddings=False,
+        eos_token_id=eos_token_id,
+        bos_token_id=None,
+        pad_token_id=eos_token_id,
+    )
+    config.mask_token_id = mask_token_id
+    torch.manual_seed(seed)
+    model = model_cls(config)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if param.dim() >= 2:
+                param.normal_(0.0, INIT_STD)
+            elif "norm" not in name:
+                param.zero_()
+    return model.eval()
+
+
+def make_all(outdir: str | Path) -> dict[str, Path]:
+    """Write every family's checkpoint under `outdir/<family>`; return their paths."""
+    tokenizer = train_tokenizer()
+    mask_id = tokenizer.convert_tokens_to_ids("<|mask|>")
+    paths = {}
+    for i, family in enumerate(FAMILIES):
+        path = Path(outdir) / family
+        model = build_model(family, len(tokenizer), mask_id, tokenizer.eos_token_id, seed=i)
+        model.generation_config.eos_token_id = tokenizer.eos_token_id
+        model.save_pretrained(path)
+        tokenizer.save_pretrained(path)
+        paths[family] = path
+    return paths
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("outdir")
+    for family, path in make_all(parser.parse_args().outdir).items():
+        print(f"{family}: {path}")
+
+
+if __name__ == "__main__":
+    main()

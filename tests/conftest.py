@@ -1,0 +1,46 @@
+"""Shared fixtures: tiny local checkpoints built once per session, and prompts from the standard library."""
+
+import sysconfig
+from pathlib import Path
+
+import pytest
+import torch
+
+from common.checkpoint import load
+from scripts.make_tiny_models import FAMILIES, make_all
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("tiny-models")
+    make_all(root)
+    return root
+
+
+@pytest.fixture(scope="session", params=list(FAMILIES))
+def tiny(request: pytest.FixtureRequest, tiny_dir: Path):
+    """(model, tokenizer) for each tiny family."""
+    return load(tiny_dir / request.param)
+
+
+@pytest.fixture(scope="session")
+def qwen3(tiny_dir: Path):
+    return load(tiny_dir / "qwen3")
+
+
+def stdlib_prompts(count: int = 32) -> list[str]:
+    """Distinct non-empty source lines of a standard-library module the tokenizer was not trained on."""
+    lines = (Path(sysconfig.get_paths()["stdlib"]) / "random.py").read_text(encoding="utf-8").splitlines()
+    seen: list[str] = []
+    for line in lines:
+        text = line.strip()
+        if len(text) > 12 and text not in seen:
+            seen.append(text)
+    return seen[:: max(len(seen) // count, 1)][:count]
+
+
+@pytest.fixture(scope="session")
+def prompts() -> list[str]:
+    return stdlib_prompts()

@@ -1,0 +1,57 @@
+"""Greedy Jacobi (plain and multi-block with recycling) and diffusion self-speculation equal greedy AR exactly."""
+
+import pytest
+
+from common.decoder import Limits
+from common.methods import make_decoder, parse_config
+from common.runner import ReferenceRunner
+from common.sampling import SamplingParams
+
+MAX_TOKENS = 29
+EOS_AT = 9
+LOSSLESS = [
+    ("jacobi", {"block_size": 1}),
+    ("jacobi", {"block_size": 5}),
+    ("jacobi", {"block_size": 16}),
+    ("jacobi", {"block_size": 4, "num_blocks": 2, "spawn_ratio": 0.5, "pool_size": 4, "verification_size": 2}),
+    ("jacobi", {"block_size": 6, "num_blocks": 3, "spawn_ratio": 0.3, "pool_size": 8, "verification_size": 4}),
+    ("jacobi", {"block_size": 3, "num_blocks": 1, "pool_size": 16, "verification_size": 8}),
+    ("diffusion_self", {"num_speculative_tokens": 1}),
+    ("diffusion_self", {"num_speculative_tokens": 4}),
+    ("diffusion_self", {"num_speculative_tokens": 16}),
+    ("diffusion_self", {"num_speculative_tokens": 31}),
+]
+
+
+def generate(model, method, config, prompt_ids, limits):
+    decoder = make_decoder(method, config, prompt_ids, SamplingParams(), limits)
+    return ReferenceRunner(model).run(decoder).token_ids
+
+
+def truncate_at(tokens: list[int], eos: int) -> list[int]:
+    return tokens[: tokens.index(eos) + 1] if eos in tokens else tokens
+
+
+@pytest.fixture(scope="module")
+def references(tiny, prompts):
+    """Per prompt: token ids, greedy AR output without EOS, and an EOS id that occurs mid-generation."""
+    model, tokenizer = tiny
+    cases = []
+    for prompt in prompts:
+        ids = tokenizer.encode(prompt)
+        ar = generate(model, "ar", None, ids, Limits(MAX_TOKENS))
+        cases.append((ids, ar, ar[EOS_AT]))
+    return model, cases
+
+
+@pytest.mark.parametrize(("method", "settings"), LOSSLESS, ids=[f"{m}-{s}" for m, s in LOSSLESS])
+def test_equals_greedy_ar(references, method, settings):
+    model, cases = references
+    config = parse_config(method, settings, mask_token_id=model.config.mask_token_id)
+    stopped_early = 0
+    for ids, ar, eos in cases:
+        assert generate(model, method, config, ids, Limits(MAX_TOKENS)) == ar
+        expected = truncate_at(ar, eos)
+        stopped_early += len(expected) < MAX_TOKENS
+        assert generate(model, method, config, ids, Limits(MAX_TOKENS, (eos,))) == expected
+    assert stopped_early == len(cases)
