@@ -1,0 +1,65 @@
+"""For every method, the KV-cached path equals a from-scratch recompute, and committed KV equals a fresh prefill."""
+
+import pytest
+import torch
+from transformers import DynamicCache
+
+from common.decoder import Limits
+from common.methods import make_decoder, parse_config
+from common.runner import ReferenceRunner
+from common.sampling import SamplingParams
+
+MAX_TOKENS = 27
+METHODS = [
+    ("ar", {}),
+    ("jacobi", {"block_size": 5}),
+    ("jacobi", {"block_size": 4, "num_blocks": 3, "spawn_ratio": 0.5, "pool_size": 4, "verification_size": 3}),
+    ("diffusion_self", {"num_speculative_tokens": 6}),
+    ("diffusion", {"block_size": 8, "confidence_threshold": 0.9}),
+    ("diffusion", {"block_size": 5, "confidence_threshold": 0.3}),
+    ("wedlm", {"window": 8, "entropy_threshold": 0.4, "distance_penalty": 0.02}),
+    ("wedlm", {"window": 4, "entropy_threshold": 3.0, "distance_penalty": 0.1}),
+    ("wedlm", {"window": 6, "entropy_threshold": None}),
+]
+SAMPLING = [SamplingParams(), SamplingParams(temperature=0.7, top_p=0.9, seed=11)]
+IDS = [f"{m}-{s}" for m, s in METHODS]
+
+
+def run(model, method, settings, ids, sampling, use_cache):
+    config = parse_config(method, settings, mask_token_id=model.config.mask_token_id)
+    decoder = make_decoder(method, config, ids, sampling, Limits(MAX_TOKENS))
+    return ReferenceRunner(model, use_cache=use_cache).run(decoder)
+
+
+@pytest.mark.parametrize("sampling", SAMPLING, ids=["greedy", "sampled"])
+@pytest.mark.parametrize(("method", "settings"), METHODS, ids=IDS)
+def test_cached_equals_recompute(tiny, prompts, method, settings, sampling):
+    model, tokenizer = tiny
+    for prompt in prompts[:8]:
+        ids = tokenizer.encode(prompt)
+        cached = run(model, method, settings, ids, sampling, use_cache=True)
+        recomputed = run(model, method, settings, ids, sampling, use_cache=False)
+        assert cached.token_ids == recomputed.token_ids
+        assert cached.forwards == recomputed.forwards
+
+
+@torch.inference_mode()
+def fresh_prefill(model, tokens: list[int]) -> DynamicCache:
+    cache = DynamicCache(config=model.config)
+    model(input_ids=torch.tensor([tokens]), past_key_values=cache, use_cache=True)
+    return cache
+
+
+@pytest.mark.parametrize(("method", "settings"), METHODS, ids=IDS)
+def test_committed_kv_equals_fresh_prefill(qwen3, prompts, method, settings):
+    """After every forward the kept cache is exactly the causal prefill of the committed prefix."""
+    model, tokenizer = qwen3
+    config = parse_config(method, settings, mask_token_id=model.config.mask_token_id)
+    for prompt in prompts[:4]:
+        decoder = make_decoder(method, config, tokenizer.encode(prompt), SamplingParams(), Limits(MAX_TOKENS))
+        for cache in ReferenceRunner(model).steps(decoder):
+            assert cache.get_seq_length() == decoder.cache_len
+            fresh = fresh_prefill(model, decoder.tokens[: decoder.cache_len])
+            for kept, expected in zip(cache.layers, fresh.layers, strict=True):
+                torch.testing.assert_close(kept.keys, expected.keys, atol=1e-4, rtol=1e-4)
+                torch.testing.assert_close(kept.values, expected.values, atol=1e-4, rtol=1e-4)

@@ -1,0 +1,48 @@
+"""The `python -m common.generate` contract later checks rely on."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+ARGS = {
+    "ar": None,
+    "jacobi": '{"block_size": 4, "num_blocks": 2, "pool_size": 4}',
+    "diffusion_self": '{"num_speculative_tokens": 4}',
+    "diffusion": '{"block_size": 8, "confidence_threshold": 0.5}',
+    "wedlm": '{"window": 8, "entropy_threshold": 0.4, "distance_penalty": 0.02}',
+}
+
+
+@pytest.fixture(scope="module")
+def outputs(tiny_dir, prompts, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("cli")
+    prompts_file = tmp / "prompts.txt"
+    prompts_file.write_text("\n".join(prompts[:6]) + "\n")
+    results = {}
+    for method, config in ARGS.items():
+        out = tmp / f"{method}.json"
+        cmd = [sys.executable, "-m", "common.generate", "--model", str(tiny_dir / "qwen2"), "--method", method,
+               "--max-tokens", "19", "--prompts-file", str(prompts_file), "--json", str(out)]
+        if config:
+            cmd += ["--config", config]
+        subprocess.run(cmd, check=True, capture_output=True)
+        results[method] = json.loads(out.read_text())
+    return prompts[:6], results
+
+
+def test_records_have_contract_fields(outputs):
+    prompts, results = outputs
+    for records in results.values():
+        assert [r["prompt"] for r in records] == prompts
+        for r in records:
+            assert {"prompt", "token_ids", "text", "forwards", "tokens_per_forward", "p_cache"} <= set(r)
+            assert 1 <= len(r["token_ids"]) <= 19
+            assert r["tokens_per_forward"] == pytest.approx(len(r["token_ids"]) / r["forwards"])
+
+
+def test_lossless_methods_match_ar_through_cli(outputs):
+    _, results = outputs
+    for method in ("jacobi", "diffusion_self"):
+        assert [r["token_ids"] for r in results[method]] == [r["token_ids"] for r in results["ar"]]

@@ -1,0 +1,107 @@
+"""Under sampling, Jacobi and diffusion self-speculation produce exactly the model's distribution.
+
+A tiny-vocabulary model makes the AR joint of 3-token continuations enumerable; the empirical distribution
+of each method is compared with it by a chi-square test, and a deliberately wrong acceptance rule must fail
+the same test.
+"""
+
+import itertools
+
+import pytest
+import torch
+
+import common.diffusion_self
+import common.jacobi
+from common.acceptance import verify
+from common.decoder import Limits
+from common.methods import make_decoder, parse_config
+from common.runner import ReferenceRunner
+from common.sampling import SamplingParams, sample, target_probs
+from scripts.make_tiny_models import build_model
+
+VOCAB, MASK, LENGTH, SAMPLES = 8, 7, 3, 3000
+PROMPT = [1, 2, 3]
+P_VALUE_FLOOR = 1e-4
+CASES = [
+    ("jacobi", {"block_size": 3}),
+    ("jacobi", {"block_size": 2, "num_blocks": 2, "spawn_ratio": 0.5, "pool_size": 4, "verification_size": 2}),
+    ("diffusion_self", {"num_speculative_tokens": 2}),
+]
+PARAMS = [SamplingParams(temperature=1.0), SamplingParams(temperature=0.8, top_p=0.8)]
+
+
+@pytest.fixture(scope="module")
+def small_model():
+    return build_model("qwen3", VOCAB, MASK, eos_token_id=None, seed=3, hidden_size=32)
+
+
+@torch.inference_mode()
+def exact_joint(model, params: SamplingParams) -> dict[tuple[int, ...], float]:
+    """P(continuation) for every 3-token continuation, multiplying the processed per-step distributions."""
+    joint = {}
+    for continuation in itertools.product(range(VOCAB), repeat=LENGTH):
+        prob = 1.0
+        for step in range(LENGTH):
+            ids = torch.tensor([PROMPT + list(continuation[:step])])
+            logits = model(input_ids=ids).logits[0, -1:]
+            prob *= float(target_probs(logits, params)[0, continuation[step]])
+            if prob == 0:
+                break
+        joint[continuation] = prob
+    return joint
+
+
+def empirical(model, method: str, settings: dict, params: SamplingParams) -> dict[tuple[int, ...], int]:
+    config = parse_config(method, settings, mask_token_id=MASK)
+    runner = ReferenceRunner(model)
+    counts: dict[tuple[int, ...], int] = {}
+    for seed in range(SAMPLES):
+        request = SamplingParams(params.temperature, params.top_p, params.top_k, seed=seed)
+        decoder = make_decoder(method, config, PROMPT, request, Limits(LENGTH))
+        key = tuple(runner.run(decoder).token_ids)
+        counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def chi_square_p_value(counts: dict, joint: dict) -> float:
+    """Pearson's test, cells with expected count < 5 pooled; an impossible outcome gives p = 0."""
+    if any(joint.get(k, 0.0) == 0.0 for k in counts):
+        return 0.0
+    stat, pooled_obs, pooled_exp, cells = 0.0, 0, 0.0, 0
+    for key, prob in joint.items():
+        expected, observed = prob * SAMPLES, counts.get(key, 0)
+        if expected < 5:
+            pooled_obs, pooled_exp = pooled_obs + observed, pooled_exp + expected
+            continue
+        stat += (observed - expected) ** 2 / expected
+        cells += 1
+    if pooled_exp > 0:
+        stat += (pooled_obs - pooled_exp) ** 2 / pooled_exp
+        cells += 1
+    dof = torch.tensor((cells - 1) / 2, dtype=torch.float64)
+    return float(torch.special.gammaincc(dof, torch.tensor(stat / 2, dtype=torch.float64)))
+
+
+def resample_from_target(drafts, target_logits, params, generator, draft_probs=None):
+    """A wrong rule: on rejection, resample from the target instead of the residual distribution."""
+    committed = verify(drafts, target_logits, params, generator, draft_probs)
+    accepted = len(committed) - 1
+    if accepted < drafts.numel():
+        committed[-1] = int(sample(target_probs(target_logits[accepted : accepted + 1], params)[0], generator))
+    return committed
+
+
+@pytest.mark.parametrize("params", PARAMS, ids=["t1", "t0.8-topp0.8"])
+@pytest.mark.parametrize(("method", "settings"), CASES, ids=[f"{m}-{s}" for m, s in CASES])
+def test_distribution_matches_ar(small_model, method, settings, params):
+    p_value = chi_square_p_value(empirical(small_model, method, settings, params), exact_joint(small_model, params))
+    assert p_value > P_VALUE_FLOOR
+
+
+@pytest.mark.parametrize(("method", "settings"), CASES[::2], ids=[m for m, _ in CASES[::2]])
+def test_wrong_acceptance_rule_is_detected(small_model, monkeypatch, method, settings):
+    monkeypatch.setattr(common.jacobi, "verify", resample_from_target)
+    monkeypatch.setattr(common.diffusion_self, "verify", resample_from_target)
+    params = PARAMS[0]
+    p_value = chi_square_p_value(empirical(small_model, method, settings, params), exact_joint(small_model, params))
+    assert p_value < P_VALUE_FLOOR
