@@ -39,6 +39,7 @@ class Decoder(ABC):
         self.finished = False
         self.forwards = 0
         self.decode_rows = 0
+        self.prefill_tokens = 0
         self._pending: Forward | None = None
 
     @property
@@ -51,8 +52,8 @@ class Decoder(ABC):
 
     @property
     def p_cache(self) -> float:
-        """WeDLM eq. 4: generated tokens over token rows processed by post-prefill forwards."""
-        return len(self.output) / max(self.decode_rows, 1)
+        """WeDLM eq. 4: tokens generated after the prefill over token rows those forwards processed."""
+        return (len(self.output) - self.prefill_tokens) / max(self.decode_rows, 1)
 
     def next_forward(self) -> Forward:
         """What the next forward must contain."""
@@ -71,6 +72,8 @@ class Decoder(ABC):
         outcome = self.after_prefill(logits) if first else self.update(logits)
         self.cache_len += outcome.kv_keep
         outcome.committed = self.commit(outcome.committed)
+        if first:
+            self.prefill_tokens = len(outcome.committed)
         return outcome
 
     def commit(self, tokens: list[int]) -> list[int]:

@@ -15,7 +15,9 @@ import torch
 
 from common.checkpoint import eos_token_ids, load, resolve_mask_token_id
 from common.decoder import Limits
+from common.diffusion_self import DRAFT_ADAPTER
 from common.errors import ConfigError
+from common.lora import LoRA
 from common.methods import METHODS, make_decoder, needs_mask_token, parse_config
 from common.runner import ReferenceRunner
 from common.sampling import SamplingParams
@@ -55,7 +57,15 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(f"error: {err}")
         config = dataclasses.replace(config, mask_token_id=mask_id)
     limits = Limits(max_tokens=args.max_tokens, eos_token_ids=eos_token_ids(model, tokenizer))
-    runner = ReferenceRunner(model, use_cache=not args.no_cache)
+    adapters = {}
+    if getattr(config, "draft_adapter", None):
+        path = Path(config.draft_adapter)
+        try:
+            lora = LoRA(model, path if path.is_absolute() else Path(args.model) / path)
+        except ConfigError as err:
+            sys.exit(f"error: {err}")
+        adapters[DRAFT_ADAPTER] = lora.enabled
+    runner = ReferenceRunner(model, use_cache=not args.no_cache, adapters=adapters)
     records = []
     for prompt in prompts:
         ids = tokenizer.encode(prompt)

@@ -3,6 +3,7 @@
 import dataclasses
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from common.decoder import AutoregressiveDecoder, Decoder, Limits
@@ -39,7 +40,12 @@ def config_fields(method: str) -> list[str]:
 
 
 def parse_config(method: str, settings: dict[str, Any] | str | None = None, **defaults: Any) -> Any:
-    """Build the method's typed config from JSON or a dict; `defaults` fill fields the user left out."""
+    """Build the method's typed config from JSON, a `.json` file path, or a dict; `defaults` fill unset fields."""
+    if isinstance(settings, str) and settings.endswith(".json"):
+        try:
+            settings = Path(settings).read_text(encoding="utf-8")
+        except OSError as err:
+            raise ConfigError(f"config file cannot be read: {err}") from None
     if isinstance(settings, str):
         try:
             settings = json.loads(settings)

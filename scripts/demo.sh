@@ -4,4 +4,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_env.sh
 . "${VENV:-.venv}/bin/activate"
-python scripts/demo.py "$@"
+python -m scripts.demo "$@"

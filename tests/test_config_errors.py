@@ -4,6 +4,7 @@ import json
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -91,3 +92,12 @@ def test_cli_refuses_model_without_mask_token(tiny_dir, tmp_path):
     assert proc.returncode != 0
     assert "mask_token_id" in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "out.json").exists()
+
+
+@pytest.mark.parametrize("preset", sorted(Path(__file__).parent.parent.glob("configs/*.json")), ids=lambda p: p.name)
+def test_presets_parse(preset):
+    method = {"wedlm": "wedlm", "nld-diffusion": "diffusion", "nld-self-spec": "diffusion_self",
+              "jacobi-forcing": "jacobi"}[preset.stem.removesuffix("-conservative").removesuffix("-aggressive")]
+    settings = json.loads(preset.read_text())
+    config = parse_config(method, str(preset))
+    assert {name: getattr(config, name) for name in settings} == settings

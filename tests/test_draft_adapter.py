@@ -1,0 +1,80 @@
+"""NLD's draft-only LoRA: active in draft forwards only, so self-speculation stays exactly greedy AR."""
+
+import contextlib
+import json
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from common.decoder import Limits
+from common.diffusion_self import DRAFT_ADAPTER
+from common.errors import ConfigError
+from common.lora import LoRA
+from common.methods import make_decoder, parse_config
+from common.runner import ReferenceRunner
+from common.sampling import SamplingParams
+from common.window import Attention
+
+
+@pytest.fixture(scope="module")
+def adapter_dir(qwen3, tmp_path_factory):
+    model, _ = qwen3
+    path = tmp_path_factory.mktemp("lora")
+    gen = torch.Generator().manual_seed(0)
+    weights = {}
+    for i, layer in enumerate(model.model.layers):
+        proj = layer.self_attn.o_proj
+        prefix = f"base_model.model.model.layers.{i}.self_attn.o_proj"
+        weights[f"{prefix}.lora_A.weight"] = torch.randn(4, proj.in_features, generator=gen) * 0.5
+        weights[f"{prefix}.lora_B.weight"] = torch.randn(proj.out_features, 4, generator=gen) * 0.5
+    save_file(weights, path / "adapter_model.safetensors")
+    (path / "adapter_config.json").write_text(json.dumps({"r": 4, "lora_alpha": 8, "target_modules": ["o_proj"]}))
+    return path
+
+
+def test_adapter_only_in_draft_forwards_and_lossless(qwen3, prompts, adapter_dir):
+    model, tokenizer = qwen3
+    lora = LoRA(model, adapter_dir)
+    seen: list[Attention] = []
+
+    @contextlib.contextmanager
+    def recording():
+        seen.append(current[0].attention)
+        with lora.enabled():
+            yield
+
+    config = parse_config("diffusion_self", {"num_speculative_tokens": 5, "draft_adapter": str(adapter_dir)},
+                          mask_token_id=model.config.mask_token_id)
+    runner = ReferenceRunner(model, adapters={DRAFT_ADAPTER: recording})
+    changed = 0
+    for prompt in prompts[:8]:
+        ids = tokenizer.encode(prompt)
+        ar = ReferenceRunner(model).run(make_decoder("ar", None, ids, SamplingParams(), Limits(25)))
+        decoder = make_decoder("diffusion_self", config, ids, SamplingParams(), Limits(25))
+        current: list = [None]
+        original = decoder.next_forward
+
+        def spy(original=original, current=current):
+            current[0] = original()
+            return current[0]
+
+        decoder.next_forward = spy
+        seen.clear()
+        result = runner.run(decoder)
+        assert result.token_ids == ar.token_ids
+        assert seen and all(attention is Attention.BIDIRECTIONAL for attention in seen)
+        assert len(seen) == (result.forwards - 1) // 2
+        draft = make_decoder("diffusion_self", config, ids, SamplingParams(), Limits(25))
+        draft.apply(ReferenceRunner(model).logits(draft.next_forward(), draft, None))
+        forward = draft.next_forward()
+        plain = ReferenceRunner(model).logits(forward, draft, None)
+        with lora.enabled():
+            adapted = ReferenceRunner(model).logits(forward, draft, None)
+        changed += not torch.equal(plain.argmax(-1), adapted.argmax(-1))
+    assert changed > 0
+
+
+def test_bad_adapter_path_is_refused(qwen3, tmp_path):
+    with pytest.raises(ConfigError, match="draft_adapter"):
+        LoRA(qwen3[0], tmp_path / "missing")
