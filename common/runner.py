@@ -58,13 +58,20 @@ class ReferenceRunner:
         cache = DynamicCache(config=self.model.config) if self.use_cache else None
         while not decoder.finished:
             forward = decoder.next_forward()
-            adapter = self.adapters.get(forward.adapter, nullcontext) if forward.adapter else nullcontext
-            with adapter():
+            with self.adapter(forward.adapter)():
                 logits = self.logits(forward, decoder, cache)
             decoder.apply(logits)
             if cache is not None and cache.get_seq_length() > decoder.cache_len:
                 cache.crop(decoder.cache_len - cache.get_seq_length())
             yield cache
+
+    def adapter(self, name: str | None) -> Adapter:
+        """The context a forward's adapter needs; a forward asking for one the runner lacks is an error."""
+        if name is None:
+            return nullcontext
+        if name not in self.adapters:
+            raise KeyError(f"the forward needs adapter {name!r}, but the runner was given {sorted(self.adapters)}")
+        return self.adapters[name]
 
     @torch.inference_mode()
     def logits(self, forward: Forward, decoder: Decoder, cache: DynamicCache | None) -> torch.Tensor:

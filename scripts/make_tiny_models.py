@@ -1,4 +1,4 @@
-"""Build small random HF checkpoints (Qwen3, Qwen2, Llama) with a byte-level BPE tokenizer and a mask token.
+"""Build small random HF checkpoints (Qwen3, Qwen2, Llama, Mistral) with a byte-level BPE tokenizer and a mask token.
 
 Deterministic (fixed seeds, tokenizer trained on a fixed list of standard-library sources) and offline.
 Weights use a wide init (std 0.3) so the top two logits sit far apart and greedy comparisons across
@@ -16,6 +16,8 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import (
     LlamaConfig,
     LlamaForCausalLM,
+    MistralConfig,
+    MistralForCausalLM,
     PreTrainedTokenizerFast,
     Qwen2Config,
     Qwen2ForCausalLM,
@@ -27,6 +29,7 @@ FAMILIES = {
     "qwen3": (Qwen3Config, Qwen3ForCausalLM),
     "qwen2": (Qwen2Config, Qwen2ForCausalLM),
     "llama": (LlamaConfig, LlamaForCausalLM),
+    "mistral": (MistralConfig, MistralForCausalLM),
 }
 SPECIAL_TOKENS = ["<|endoftext|>", "<|mask|>"]
 CORPUS_FILES = ["textwrap.py", "string.py", "heapq.py", "bisect.py", "fnmatch.py", "shlex.py", "calendar.py"]

@@ -2,6 +2,7 @@
 
 import pytest
 
+from common.checkpoint import load
 from common.decoder import Limits
 from common.methods import make_decoder, parse_config
 from common.runner import ReferenceRunner
@@ -55,3 +56,14 @@ def test_equals_greedy_ar(references, method, settings):
         stopped_early += len(expected) < MAX_TOKENS
         assert generate(model, method, config, ids, Limits(MAX_TOKENS, (eos,))) == expected
     assert stopped_early == len(cases)
+
+
+def test_mistral_family(tiny_dir, prompts):
+    """The runner also drives the Mistral family: Jacobi and self-speculation equal its greedy AR."""
+    model, tokenizer = load(tiny_dir / "mistral")
+    for prompt in prompts[:6]:
+        ids = tokenizer.encode(prompt)
+        ar = generate(model, "ar", None, ids, Limits(MAX_TOKENS))
+        for method, settings in (LOSSLESS[3], LOSSLESS[7]):
+            config = parse_config(method, settings, mask_token_id=model.config.mask_token_id)
+            assert generate(model, method, config, ids, Limits(MAX_TOKENS)) == ar
