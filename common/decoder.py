@@ -47,6 +47,14 @@ class Decoder(ABC):
         return self.prompt + self.output
 
     @property
+    def num_tokens(self) -> int:
+        return len(self.prompt) + len(self.output)
+
+    @property
+    def last_token(self) -> int:
+        return self.output[-1] if self.output else self.prompt[-1]
+
+    @property
     def tokens_per_forward(self) -> float:
         return len(self.output) / max(self.forwards, 1)
 
@@ -65,9 +73,9 @@ class Decoder(ABC):
         """Digest the logits of the planned forward's `logit_rows` (in that order)."""
         forward, self._pending = self._pending, None
         assert forward is not None, "apply() without next_forward()"
-        if self.forwards:
-            self.decode_rows += forward.num_tokens
         first = self.forwards == 0
+        if not first:
+            self.decode_rows += forward.num_tokens
         self.forwards += 1
         outcome = self.after_prefill(logits) if first else self.update(logits)
         self.cache_len += outcome.kv_keep
@@ -118,8 +126,8 @@ class AutoregressiveDecoder(Decoder):
         super().__init__(prompt, sampling, limits)
 
     def plan(self) -> Forward:
-        return causal_forward(self.tokens[self.cache_len :], self.cache_len, [len(self.tokens) - self.cache_len - 1])
+        return causal_forward(self.tokens[self.cache_len :], self.cache_len, [self.num_tokens - self.cache_len - 1])
 
     def update(self, logits: torch.Tensor) -> Outcome:
         token = int(choose(logits, self.sampling, self.generator)[0])
-        return Outcome([token], kv_keep=len(self.tokens) - self.cache_len)
+        return Outcome([token], kv_keep=self.num_tokens - self.cache_len)

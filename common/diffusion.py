@@ -52,13 +52,13 @@ class DiffusionDecoder(Decoder):
 
     def _new_block(self) -> None:
         size = min(self.config.block_size - 1, self.remaining)
-        self.block = torch.tensor([self.tokens[-1]] + [self.config.mask_token_id] * size)
+        self.block = torch.tensor([self.last_token] + [self.config.mask_token_id] * size)
         self._masked = torch.tensor([False] + [True] * size)
 
     def plan(self) -> Forward:
         if self.block is None:
             self._new_block()
-        start = len(self.tokens) - 1
+        start = self.num_tokens - 1
         if self._masked.any():
             n = self.block.numel()
             return Forward(

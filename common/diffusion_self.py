@@ -57,10 +57,10 @@ class DiffusionSelfDecoder(Decoder):
 
     @property
     def seed_position(self) -> int:
-        return len(self.tokens) - 1
+        return self.num_tokens - 1
 
     def plan(self) -> Forward:
-        seed = self.tokens[-1]
+        seed = self.last_token
         if self.drafts is None and self.width > 0:
             k = self.width
             return Forward(

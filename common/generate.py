@@ -40,15 +40,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def read_prompts(path: str) -> list[str]:
+    """One prompt per line; an empty line is refused rather than decoded from nothing."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except OSError as err:
+        raise ConfigError(f"--prompts-file cannot be read: {err}") from None
+    empty = [i + 1 for i, line in enumerate(lines) if not line.strip()]
+    if not lines or empty:
+        raise ConfigError(f"--prompts-file must hold one non-empty prompt per line; empty line(s): {empty or [1]}")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     try:
         config = parse_config(args.method, args.config)
         sampling = SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed)
         Limits(max_tokens=args.max_tokens)
+        prompts = read_prompts(args.prompts_file)
     except ConfigError as err:
         sys.exit(f"error: {err}")
-    prompts = Path(args.prompts_file).read_text(encoding="utf-8").splitlines()
     model, tokenizer = load(args.model, device=args.device)
     if needs_mask_token(args.method):
         try:

@@ -69,7 +69,7 @@ class JacobiDecoder(Decoder):
 
     @property
     def next_position(self) -> int:
-        return len(self.tokens)
+        return self.num_tokens
 
     @property
     def last_position(self) -> int:
@@ -97,7 +97,7 @@ class JacobiDecoder(Decoder):
 
     def candidates(self) -> list[list[int]]:
         """Pool continuations of the seed, newest first, at most `verification_size`, none a prefix of RA."""
-        seed, room = self.tokens[-1], min(self.config.block_size, self.last_position + 1 - self.next_position)
+        seed, room = self.last_token, min(self.config.block_size, self.last_position + 1 - self.next_position)
         found: list[list[int]] = []
         for seq in reversed(self.pool):
             for i, token in enumerate(seq[:-1]):
@@ -136,7 +136,7 @@ class JacobiDecoder(Decoder):
         )
 
     def update(self, logits: torch.Tensor) -> Outcome:
-        n_pending = len(self.tokens) - self.cache_len
+        n_pending = self.num_tokens - self.cache_len
         drafts = self.main_drafts()
         main_logits, branch_logits = logits[: len(drafts) + 1], logits[len(drafts) + 1 :]
         ra = torch.tensor(drafts[: self.ra_end - self.next_position], dtype=torch.long)
@@ -200,5 +200,5 @@ class JacobiDecoder(Decoder):
 
     def _pad(self, tokens: list[int], length: int) -> list[int]:
         """`tokens` cut or padded to `length` by repeating the last one (the seed when empty)."""
-        fill = tokens[-1] if tokens else self.tokens[-1]
+        fill = tokens[-1] if tokens else self.last_token
         return (tokens + [fill] * length)[: max(length, 0)]

@@ -85,7 +85,7 @@ class WeDLMDecoder(Decoder):
         n_filled = sum(self.filled)
         return Forward(
             token_ids=torch.tensor([self.slots[i] for i in order]),
-            positions=torch.tensor(order) + len(self.tokens),
+            positions=torch.tensor(order) + self.num_tokens,
             logit_rows=torch.arange(n_filled, len(order)),
         )
 

@@ -101,3 +101,12 @@ def test_presets_parse(preset):
     settings = json.loads(preset.read_text())
     config = parse_config(method, str(preset))
     assert {name: getattr(config, name) for name in settings} == settings
+
+
+def test_cli_refuses_empty_prompt_before_loading(tmp_path):
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("import os\n\nimport sys\n")
+    cmd = [sys.executable, "-m", "common.generate", "--model", str(tmp_path / "absent"), "--method", "ar",
+           "--prompts-file", str(prompts), "--json", str(tmp_path / "out.json")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    assert proc.returncode != 0 and "empty line(s): [2]" in proc.stderr and "Traceback" not in proc.stderr
