@@ -4,6 +4,7 @@ import pytest
 
 from common.checkpoint import load
 from common.decoder import Limits
+from common.jacobi import JacobiConfig
 from common.methods import make_decoder, parse_config
 from common.runner import ReferenceRunner
 from common.sampling import SamplingParams
@@ -67,3 +68,17 @@ def test_mistral_family(tiny_dir, prompts):
         for method, settings in (LOSSLESS[3], LOSSLESS[7]):
             config = parse_config(method, settings, mask_token_id=model.config.mask_token_id)
             assert generate(model, method, config, ids, Limits(MAX_TOKENS)) == ar
+
+
+def test_rejection_recycling_fast_forwards_from_pool(qwen3, prompts):
+    """A pool holding the true continuation lets recycled branches commit several tokens per forward."""
+    model, tokenizer = qwen3
+    config = JacobiConfig(block_size=3, pool_size=64, verification_size=4)
+    for prompt in prompts[:4]:
+        ids = tokenizer.encode(prompt)
+        ar = generate(model, "ar", None, ids, Limits(MAX_TOKENS))
+        decoder = make_decoder("jacobi", config, ids, SamplingParams(), Limits(MAX_TOKENS))
+        decoder.pool.append(ar)
+        result = ReferenceRunner(model).run(decoder)
+        assert result.token_ids == ar
+        assert result.forwards <= 1 + MAX_TOKENS // 2
