@@ -2,6 +2,7 @@
 
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
 
 import torch
 
@@ -51,7 +52,7 @@ class Outcome:
     kv_keep: int = 0
 
 
-def causal_forward(token_ids: list[int], start: int, logit_rows: list[int], **kwargs) -> Forward:
+def causal_forward(token_ids: list[int], start: int, logit_rows: list[int], **kwargs: Any) -> Forward:
     """A forward over consecutive logical positions starting at `start`."""
     n = len(token_ids)
     return Forward(
