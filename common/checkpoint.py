@@ -1,10 +1,11 @@
 """Loading a checkpoint for the reference runner and reading the ids decoding needs from it."""
 
+import json
 from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
 from common.errors import ConfigError
 
@@ -43,8 +44,31 @@ def eos_token_ids(model: PreTrainedModel, tokenizer: Any) -> tuple[int, ...]:
     return tuple(ids)
 
 
-def load(model_dir: str | Path, device: str = "cpu", dtype: torch.dtype = torch.float32) -> tuple[PreTrainedModel, Any]:
-    """A causal LM in eval mode (SDPA attention, which takes our 4-D masks) and its tokenizer."""
+def stock_model_type(config: dict[str, Any]) -> str | None:
+    """The stock transformers family whose weights a remote-code checkpoint shares, if we know one.
+
+    WeDLM (`WeDLMForCausalLM`, model_type `wedlm`) keeps Qwen weights unchanged: Qwen2.5-shaped (qkv bias) for
+    WeDLM-7B, Qwen3-shaped (q/k norm, no bias) for WeDLM-8B.
+    """
+    if config.get("model_type") == "wedlm":
+        return "qwen2" if config.get("attention_bias") or config.get("qkv_bias") else "qwen3"
+    return None
+
+
+def load(
+    model_dir: str | Path, device: str = "cpu", dtype: torch.dtype = torch.float32, trust_remote_code: bool = False
+) -> tuple[PreTrainedModel, Any]:
+    """A causal LM in eval mode (SDPA attention, which takes our 4-D masks) and its tokenizer.
+
+    Checkpoints with a known stock equivalent load into the stock class unless `trust_remote_code` asks for the
+    checkpoint's own code; everything else goes through `AutoModelForCausalLM`.
+    """
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, attn_implementation="sdpa")
+    raw = json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
+    stock = None if trust_remote_code else stock_model_type(raw)
+    kwargs: dict[str, Any] = {"dtype": dtype, "attn_implementation": "sdpa", "trust_remote_code": trust_remote_code}
+    if stock is not None:
+        fields = {k: v for k, v in raw.items() if k not in ("model_type", "architectures", "auto_map")}
+        kwargs["config"] = AutoConfig.for_model(stock, **fields)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, **kwargs)
     return model.to(device).eval(), tokenizer

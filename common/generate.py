@@ -37,6 +37,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--json", required=True, help="where to write the per-prompt results")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--no-cache", action="store_true", help="recompute the prefix every forward")
+    parser.add_argument("--trust-remote-code", action="store_true", help="use the checkpoint's own modeling code")
     return parser.parse_args(argv)
 
 
@@ -61,7 +62,7 @@ def main(argv: list[str] | None = None) -> None:
         prompts = read_prompts(args.prompts_file)
     except ConfigError as err:
         sys.exit(f"error: {err}")
-    model, tokenizer = load(args.model, device=args.device)
+    model, tokenizer = load(args.model, device=args.device, trust_remote_code=args.trust_remote_code)
     if needs_mask_token(args.method):
         try:
             mask_id = resolve_mask_token_id(model.config, tokenizer, config.mask_token_id)

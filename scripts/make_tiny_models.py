@@ -8,6 +8,8 @@ kernels do not flip on rounding.
 """
 
 import argparse
+import json
+import shutil
 import sysconfig
 from pathlib import Path
 
@@ -85,8 +87,25 @@ def build_model(family: str, vocab_size: int, mask_token_id: int, eos_token_id: 
     return model.eval()
 
 
+def as_wedlm(source: Path, target: Path) -> Path:
+    """A copy of a Qwen3 checkpoint dressed as WeDLM-8B ships: `WeDLMForCausalLM`, auto_map, mask_token_id null."""
+    shutil.copytree(source, target, dirs_exist_ok=True)
+    config = json.loads((target / "config.json").read_text())
+    config.update(
+        architectures=["WeDLMForCausalLM"],
+        model_type="wedlm",
+        auto_map={
+            "AutoConfig": "configuration_wedlm.WeDLMConfig",
+            "AutoModelForCausalLM": "modeling_wedlm.WeDLMForCausalLM",
+        },
+        mask_token_id=None,
+    )
+    (target / "config.json").write_text(json.dumps(config, indent=2))
+    return target
+
+
 def make_all(outdir: str | Path) -> dict[str, Path]:
-    """Write every family's checkpoint under `outdir/<family>`; return their paths."""
+    """Write every family's checkpoint under `outdir/<family>`, plus a WeDLM-style one; return their paths."""
     tokenizer = train_tokenizer()
     mask_id = tokenizer.convert_tokens_to_ids("<|mask|>")
     paths = {}
@@ -97,6 +116,7 @@ def make_all(outdir: str | Path) -> dict[str, Path]:
         model.save_pretrained(path)
         tokenizer.save_pretrained(path)
         paths[family] = path
+    paths["wedlm"] = as_wedlm(paths["qwen3"], Path(outdir) / "wedlm")
     return paths
 
 
