@@ -153,12 +153,17 @@ class JacobiDecoder(Decoder):
         if scores[0] < ra.numel() and self.config.pool_size:
             self.pool.append(ra[scores[0] :].tolist())
         predicted = greedy_main if self.sampling.greedy else choose(main_logits, self.sampling, self.generator)
-        self._advance(predicted.tolist(), len(committed))
+        self.advance(predicted.tolist(), len(committed))
         kv_keep = n_pending + (len(committed) - 1 if best == 0 else 0)
         return Outcome(committed, kv_keep=kv_keep)
 
-    def _advance(self, predicted: list[int], num_committed: int) -> None:
-        """Jacobi update of every block from this forward's predictions, then promote and spawn."""
+    def advance(self, predicted: list[int], num_committed: int) -> None:
+        """Jacobi update of every block from one forward's per-position predictions, then promote and spawn.
+
+        `predicted[i]` is the token predicted for position `next_position + i` (before this step's commit) and
+        `num_committed` how many tokens were committed; an engine that verifies with its own rejection sampler
+        calls this directly instead of `update`.
+        """
         old_next = self.next_position
         new_next = old_next + num_committed
         n = self.config.block_size
