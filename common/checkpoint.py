@@ -63,7 +63,7 @@ def load(
     Checkpoints with a known stock equivalent load into the stock class unless `trust_remote_code` asks for the
     checkpoint's own code; everything else goes through `AutoModelForCausalLM`.
     """
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=trust_remote_code)
     raw = json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
     stock = None if trust_remote_code else stock_model_type(raw)
     kwargs: dict[str, Any] = {"dtype": dtype, "attn_implementation": "sdpa", "trust_remote_code": trust_remote_code}

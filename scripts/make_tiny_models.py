@@ -88,8 +88,10 @@ def build_model(family: str, vocab_size: int, mask_token_id: int, eos_token_id: 
 
 
 def as_wedlm(source: Path, target: Path) -> Path:
-    """A copy of a Qwen3 checkpoint dressed as WeDLM-8B ships: `WeDLMForCausalLM`, auto_map, mask_token_id null."""
-    shutil.copytree(source, target, dirs_exist_ok=True)
+    """A Qwen3 checkpoint (copied, or in place) dressed as WeDLM-8B ships: `WeDLMForCausalLM`, auto_map, null mask."""
+    source, target = Path(source), Path(target)
+    if source.resolve() != target.resolve():
+        shutil.copytree(source, target, dirs_exist_ok=True)
     config = json.loads((target / "config.json").read_text())
     config.update(
         architectures=["WeDLMForCausalLM"],

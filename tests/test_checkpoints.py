@@ -43,8 +43,12 @@ def test_cli_decodes_wedlm_checkpoint_with_tokenizer_mask(tiny_dir, prompts, tmp
     outputs = []
     for name in ("wedlm", "qwen3"):
         out = tmp_path / f"{name}.json"
-        subprocess.run([sys.executable, "-m", "common.generate", "--model", str(tiny_dir / name), "--method", "wedlm",
-                        "--config", '{"window": 6, "entropy_threshold": 2.0}', "--max-tokens", "17",
-                        "--prompts-file", str(prompts_file), "--json", str(out)], check=True, capture_output=True)
+        proc = subprocess.run(
+            [sys.executable, "-m", "common.generate", "--model", str(tiny_dir / name), "--method", "wedlm",
+             "--config", '{"window": 6, "entropy_threshold": 2.0}', "--max-tokens", "17",
+             "--prompts-file", str(prompts_file), "--json", str(out)],
+            check=True, capture_output=True, text=True, stdin=subprocess.DEVNULL,
+        )
+        assert "custom code" not in proc.stdout + proc.stderr  # never asks to trust the checkpoint's code
         outputs.append([r["token_ids"] for r in json.loads(out.read_text())])
     assert outputs[0] == outputs[1]
