@@ -1,28 +1,37 @@
-"""Decode prompts on a tiny local model with every method; print tokens per forward and agreement with AR.
+"""Decode prompts on tiny local models with every method; print tokens per forward and agreement with AR.
 
-    python -m scripts.demo [--models DIR] [--family qwen3] [--max-tokens 48]
+Trains two tiny checkpoints on standard-library sources first (about a minute each, cached in --models):
+an NLD-style one (block diffusion + AR) for jacobi / diffusion_self / diffusion, and a WeDLM-style one for wedlm.
+
+    python -m scripts.demo [--models DIR] [--steps 300] [--max-tokens 48]
 """
 
 import argparse
 import json
 from pathlib import Path
 
-from common.checkpoint import eos_token_ids, load
+from common.checkpoint import eos_token_ids, load, resolve_mask_token_id
 from common.decoder import Limits
 from common.methods import make_decoder, parse_config
 from common.runner import ReferenceRunner
 from common.sampling import SamplingParams
-from scripts.make_tiny_models import make_all
+from scripts.make_tiny_models import as_wedlm
+from scripts.train_tiny_dlm import train
 
 PROMPTS = ["def wrap(text, width=70):", "import heapq\n", "class Formatter:"]
-METHODS = [
-    ("ar", {}),
-    ("jacobi", {"block_size": 8}),
-    ("jacobi", {"block_size": 8, "num_blocks": 2, "pool_size": 4, "verification_size": 4}),
-    ("diffusion_self", {"num_speculative_tokens": 8}),
-    ("diffusion", {"block_size": 8, "confidence_threshold": 0.9}),
-    ("wedlm", {"window": 8, "entropy_threshold": 0.4}),
-]
+METHODS = {
+    "nld": [
+        ("jacobi", {"block_size": 8}),
+        ("jacobi", {"block_size": 8, "num_blocks": 2, "pool_size": 4, "verification_size": 4}),
+        ("diffusion_self", {"num_speculative_tokens": 8}),
+        ("diffusion", {"block_size": 8, "confidence_threshold": 0.9}),
+        ("diffusion", {"block_size": 8, "confidence_threshold": 0.5}),
+    ],
+    "wedlm": [
+        ("wedlm", {"window": 8, "entropy_threshold": 0.4, "distance_penalty": 0.02}),
+        ("wedlm", {"window": 8, "entropy_threshold": 2.0, "distance_penalty": 0.02}),
+    ],
+}
 
 
 def agreement(tokens: list[int], reference: list[int]) -> float:
@@ -31,24 +40,30 @@ def agreement(tokens: list[int], reference: list[int]) -> float:
     return same / max(len(reference), 1)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default="out/tiny-models", help="where the tiny checkpoints are (built if absent)")
-    parser.add_argument("--family", default="qwen3", choices=["qwen3", "qwen2", "llama"])
-    parser.add_argument("--max-tokens", type=int, default=48)
-    args = parser.parse_args()
-    if not (Path(args.models) / args.family / "config.json").exists():
-        make_all(args.models)
-    model, tokenizer = load(Path(args.models) / args.family)
-    limits = Limits(args.max_tokens, eos_token_ids(model, tokenizer))
+def ensure_model(path: Path, objective: str, steps: int) -> Path:
+    if not (path / "config.json").exists():
+        print(f"training the {objective} tiny model ({steps} steps) into {path}", flush=True)
+        model, tokenizer = train(objective, steps)
+        model.save_pretrained(path)
+        tokenizer.save_pretrained(path)
+        if objective == "wedlm":
+            as_wedlm(path, path)
+    return path
+
+
+def report(path: Path, methods: list[tuple[str, dict]], max_tokens: int) -> None:
+    model, tokenizer = load(path)
+    mask_id = resolve_mask_token_id(model.config, tokenizer)
+    limits = Limits(max_tokens, eos_token_ids(model, tokenizer))
     runner = ReferenceRunner(model)
-    print(f"model: {args.family} tiny (random weights), {args.max_tokens} tokens per prompt, greedy\n")
-    print(f"{'method':<62} {'tokens':>6} {'fwd':>5} {'tok/fwd':>8} {'p_cache':>8} {'= AR':>6}")
+    architecture = json.loads((path / "config.json").read_text())["architectures"][0]
+    print(f"\n{path} ({architecture}), {len(PROMPTS)} prompts x {max_tokens} tokens, greedy")
+    print(f"{'method':<72} {'tokens':>6} {'fwd':>5} {'tok/fwd':>8} {'p_cache':>8} {'= AR':>6}")
     reference: dict[str, list[int]] = {}
-    for method, settings in METHODS:
-        config = parse_config(method, settings, mask_token_id=model.config.mask_token_id)
+    for method, settings in [("ar", {}), *methods]:
+        config = parse_config(method, settings, mask_token_id=mask_id)
         tokens = forwards = 0
-        cache_rate = agree = 0.0
+        agree = cache_rate = 0.0
         for prompt in PROMPTS:
             result = runner.run(make_decoder(method, config, tokenizer.encode(prompt), SamplingParams(), limits))
             reference.setdefault(prompt, result.token_ids)
@@ -56,8 +71,19 @@ def main() -> None:
             cache_rate += result.p_cache / len(PROMPTS)
             agree += agreement(result.token_ids, reference[prompt]) / len(PROMPTS)
         label = f"{method} {json.dumps(settings, separators=(',', ':'))}" if settings else method
-        print(f"{label:<62} {tokens:>6} {forwards:>5} {tokens / forwards:>8.2f} {cache_rate:>8.2f} {agree:>6.0%}")
-    print(f"\n{PROMPTS[0]!r} -> {tokenizer.decode(reference[PROMPTS[0]])!r}")
+        print(f"{label:<72} {tokens:>6} {forwards:>5} {tokens / forwards:>8.2f} "
+              f"{cache_rate:>8.2f} {agree:>6.0%}")
+    print(f"  {PROMPTS[0]!r} -> {tokenizer.decode(reference[PROMPTS[0]])!r}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="out/demo-models", help="where the trained tiny checkpoints are cached")
+    parser.add_argument("--steps", type=int, default=300, help="training steps per tiny model")
+    parser.add_argument("--max-tokens", type=int, default=48)
+    args = parser.parse_args()
+    for objective, methods in METHODS.items():
+        report(ensure_model(Path(args.models) / objective, objective, args.steps), methods, args.max_tokens)
 
 
 if __name__ == "__main__":
