@@ -11,7 +11,7 @@ import torch
 
 from common.decoder import Decoder, Limits
 from common.errors import require, require_mask_token
-from common.sampling import SamplingParams, choose
+from common.sampling import SamplingParams, choose, without_token
 from common.window import Attention, Forward, Outcome, causal_forward
 
 
@@ -32,8 +32,7 @@ class DiffusionConfig:
 def reveal(logits: torch.Tensor, masked: torch.Tensor, threshold: float, mask_token_id: int,
            params: SamplingParams, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     """Slots to reveal (top-1 plus all with confidence >= threshold) among `masked`, and their tokens."""
-    logits = logits.float().clone()
-    logits[:, mask_token_id] = float("-inf")
+    logits = without_token(logits, mask_token_id)
     candidates = choose(logits, params, generator)
     confidence = logits.softmax(-1).gather(-1, candidates[:, None]).squeeze(-1)
     confidence = confidence.masked_fill(~masked, -1.0)

@@ -12,7 +12,7 @@ import torch
 from common.acceptance import verify
 from common.decoder import Decoder, Limits
 from common.errors import require, require_mask_token
-from common.sampling import SamplingParams, target_probs
+from common.sampling import SamplingParams, target_probs, without_token
 from common.window import Attention, Forward, Outcome, causal_forward
 
 DRAFT_ADAPTER = "draft"
@@ -35,9 +35,7 @@ class DiffusionSelfConfig:
 
 def draft_distribution(logits: torch.Tensor, mask_token_id: int, params: SamplingParams) -> torch.Tensor:
     """The proposal q the drafts are sampled from: the processed distribution with the mask token removed."""
-    logits = logits.float().clone()
-    logits[:, mask_token_id] = float("-inf")
-    return target_probs(logits, params)
+    return target_probs(without_token(logits, mask_token_id), params)
 
 
 class DiffusionSelfDecoder(Decoder):

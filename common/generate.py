@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         config = parse_config(args.method, args.config)
         sampling = SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed)
-        Limits(max_tokens=args.max_tokens)
+        limits = Limits(max_tokens=args.max_tokens)
         prompts = read_prompts(args.prompts_file)
     except ConfigError as err:
         sys.exit(f"error: {err}")
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> None:
         except ConfigError as err:
             sys.exit(f"error: {err}")
         config = dataclasses.replace(config, mask_token_id=mask_id)
-    limits = Limits(max_tokens=args.max_tokens, eos_token_ids=eos_token_ids(model, tokenizer))
+    limits = dataclasses.replace(limits, eos_token_ids=eos_token_ids(model, tokenizer))
     adapters = {}
     if getattr(config, "draft_adapter", None):
         path = Path(config.draft_adapter)

@@ -172,15 +172,12 @@ class JacobiDecoder(Decoder):
             index = position - old_next
             return predicted[index] if 0 <= index < len(predicted) else None
 
-        def refresh(start: int, tokens: list[int], frozen: int) -> list[int]:
-            return tokens[:frozen] + [
-                p if (p := pred(start + i)) is not None else tok for i, tok in enumerate(tokens) if i >= frozen
-            ]
-
         for block in self.blocks:
             while block.accepted < n and block.tokens[block.accepted] == pred(block.start + block.accepted):
                 block.accepted += 1
-            block.tokens = refresh(block.start, block.tokens, block.accepted)
+            for i in range(block.accepted, n):
+                if (p := pred(block.start + i)) is not None:
+                    block.tokens[i] = p
         tail = [p for pos in range(new_next, old_next + len(predicted)) if (p := pred(pos)) is not None]
         if self.config.num_blocks == 1:
             self.ra_drafts = self._pad(tail, n)
@@ -201,7 +198,7 @@ class JacobiDecoder(Decoder):
             and newest >= self.config.spawn_threshold
             and start <= self.last_position
         ):
-            self.blocks.append(PseudoBlock(start, self._pad(self.ra_drafts, n)[:n]))
+            self.blocks.append(PseudoBlock(start, self._pad(self.ra_drafts, n)))
 
     def _pad(self, tokens: list[int], length: int) -> list[int]:
         """`tokens` cut or padded to `length` by repeating the last one (the seed when empty)."""

@@ -35,6 +35,13 @@ class SamplingParams:
         return gen
 
 
+def without_token(logits: torch.Tensor, token_id: int) -> torch.Tensor:
+    """A float copy of `logits` in which `token_id` can never be chosen (drafts never propose the mask)."""
+    logits = logits.float().clone()
+    logits[:, token_id] = float("-inf")
+    return logits
+
+
 def target_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     """Rows of `logits` turned into the distribution decoding samples from (temperature, top-k, top-p)."""
     logits = logits.float()

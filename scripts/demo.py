@@ -15,8 +15,7 @@ from common.decoder import Limits
 from common.methods import make_decoder, parse_config
 from common.runner import ReferenceRunner
 from common.sampling import SamplingParams
-from scripts.make_tiny_models import as_wedlm
-from scripts.train_tiny_dlm import train
+from scripts.train_tiny_dlm import save, train
 
 PROMPTS = ["def wrap(text, width=70):", "import heapq\n", "class Formatter:"]
 METHODS = {
@@ -43,11 +42,7 @@ def agreement(tokens: list[int], reference: list[int]) -> float:
 def ensure_model(path: Path, objective: str, steps: int) -> Path:
     if not (path / "config.json").exists():
         print(f"training the {objective} tiny model ({steps} steps) into {path}", flush=True)
-        model, tokenizer = train(objective, steps)
-        model.save_pretrained(path)
-        tokenizer.save_pretrained(path)
-        if objective == "wedlm":
-            as_wedlm(path, path)
+        save(*train(objective, steps), path, objective)
     return path
 
 

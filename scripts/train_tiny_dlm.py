@@ -84,18 +84,22 @@ def train(objective: str, steps: int, seed: int = 0) -> tuple[torch.nn.Module, P
     return model.eval(), tokenizer
 
 
+def save(model: torch.nn.Module, tokenizer: PreTrainedTokenizerFast, path: Path, objective: str) -> Path:
+    """Write the checkpoint; a WeDLM-objective one is dressed the way WeDLM checkpoints ship."""
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    if objective == "wedlm":
+        as_wedlm(path, path)
+    return path
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("outdir")
     parser.add_argument("--objective", choices=["nld", "wedlm"], default="nld")
     parser.add_argument("--steps", type=int, default=300)
     args = parser.parse_args()
-    model, tokenizer = train(args.objective, args.steps)
-    path = Path(args.outdir)
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    if args.objective == "wedlm":
-        as_wedlm(path, path)
+    path = save(*train(args.objective, args.steps), Path(args.outdir), args.objective)
     print(f"saved {path}")
 
 
