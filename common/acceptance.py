@@ -1,8 +1,33 @@
 """Lossless verification of drafted tokens against the target's own distributions."""
 
+from dataclasses import dataclass, field
+
 import torch
 
 from common.sampling import SamplingParams, sample, target_probs
+
+
+@dataclass
+class AcceptanceStats:
+    """Speculative-decoding counters in the form engines report them: per verified draft, how far it was accepted."""
+
+    num_drafts: int = 0
+    num_draft_tokens: int = 0
+    accepted_per_position: list[int] = field(default_factory=list)
+
+    @property
+    def num_accepted_tokens(self) -> int:
+        return sum(self.accepted_per_position)
+
+    def record(self, num_drafted: int, num_accepted: int) -> None:
+        """One verification of `num_drafted` drafts of which the leading `num_accepted` were accepted."""
+        if num_drafted == 0:
+            return
+        self.num_drafts += 1
+        self.num_draft_tokens += num_drafted
+        self.accepted_per_position += [0] * (num_drafted - len(self.accepted_per_position))
+        for position in range(num_accepted):
+            self.accepted_per_position[position] += 1
 
 
 def leading_matches(drafts: torch.Tensor, predicted: torch.Tensor) -> int:

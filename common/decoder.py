@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 import torch
 
+from common.acceptance import AcceptanceStats
 from common.errors import require
 from common.sampling import SamplingParams, choose
 from common.window import Forward, Outcome, causal_forward
@@ -40,6 +41,7 @@ class Decoder(ABC):
         self.forwards = 0
         self.decode_rows = 0
         self.prefill_tokens = 0
+        self.acceptance = AcceptanceStats()
         self._pending: Forward | None = None
 
     @property

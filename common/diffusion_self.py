@@ -38,6 +38,32 @@ def draft_distribution(logits: torch.Tensor, mask_token_id: int, params: Samplin
     return target_probs(without_token(logits, mask_token_id), params)
 
 
+def draft_width(num_speculative_tokens: int, remaining: int) -> int:
+    """Drafts this step: never more than the tokens still allowed after the bonus."""
+    return max(min(num_speculative_tokens, remaining - 1), 0)
+
+
+def draft_window(seed: int, seed_position: int, width: int, config: DiffusionSelfConfig) -> Forward:
+    """The draft forward: `[seed, mask x width]` from the seed's position, bidirectional, rows 0..width-1 shifted."""
+    return Forward(
+        token_ids=torch.tensor([seed] + [config.mask_token_id] * width),
+        positions=torch.arange(seed_position, seed_position + width + 1),
+        logit_rows=torch.arange(width),
+        attention=Attention.BIDIRECTIONAL,
+        adapter=DRAFT_ADAPTER if config.draft_adapter else None,
+    )
+
+
+def propose(
+    logits: torch.Tensor, mask_token_id: int, params: SamplingParams, generator: torch.Generator | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Drafts from the draft forward's logit rows and the proposal q they were drawn from (argmax when greedy)."""
+    probs = draft_distribution(logits, mask_token_id, params)
+    if params.greedy:
+        return probs.argmax(-1), probs
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1), probs
+
+
 class DiffusionSelfDecoder(Decoder):
     """Alternates draft and verify forwards; each verify commits 1..k+1 tokens."""
 
@@ -50,8 +76,7 @@ class DiffusionSelfDecoder(Decoder):
 
     @property
     def width(self) -> int:
-        """Drafts this step: never more than the tokens still allowed after the bonus."""
-        return min(self.config.num_speculative_tokens, self.remaining - 1)
+        return draft_width(self.config.num_speculative_tokens, self.remaining)
 
     @property
     def seed_position(self) -> int:
@@ -60,26 +85,16 @@ class DiffusionSelfDecoder(Decoder):
     def plan(self) -> Forward:
         seed = self.last_token
         if self.drafts is None and self.width > 0:
-            k = self.width
-            return Forward(
-                token_ids=torch.tensor([seed] + [self.config.mask_token_id] * k),
-                positions=torch.arange(self.seed_position, self.seed_position + k + 1),
-                logit_rows=torch.arange(k),
-                attention=Attention.BIDIRECTIONAL,
-                adapter=DRAFT_ADAPTER if self.config.draft_adapter else None,
-            )
+            return draft_window(seed, self.seed_position, self.width, self.config)
         drafts = [] if self.drafts is None else self.drafts.tolist()
         return causal_forward([seed] + drafts, self.seed_position, list(range(len(drafts) + 1)))
 
     def update(self, logits: torch.Tensor) -> Outcome:
         if self.drafts is None and self.width > 0:
-            self.draft_probs = draft_distribution(logits, self.config.mask_token_id, self.sampling)
-            if self.sampling.greedy:
-                self.drafts = self.draft_probs.argmax(-1)
-            else:
-                self.drafts = torch.multinomial(self.draft_probs, 1, generator=self.generator).squeeze(-1)
+            self.drafts, self.draft_probs = propose(logits, self.config.mask_token_id, self.sampling, self.generator)
             return Outcome()
         drafts = self.drafts if self.drafts is not None else torch.zeros(0, dtype=torch.long)
         committed = verify(drafts, logits, self.sampling, self.generator, self.draft_probs)
+        self.acceptance.record(drafts.numel(), len(committed) - 1)
         self.drafts = self.draft_probs = None
         return Outcome(committed, kv_keep=len(committed))

@@ -108,10 +108,22 @@ class JacobiDecoder(Decoder):
 
     def after_prefill(self, logits: torch.Tensor) -> Outcome:
         outcome = super().after_prefill(logits)
-        first = outcome.committed[0]
+        self.begin(outcome.committed[0])
+        return outcome
+
+    def begin(self, first: int) -> None:
+        """Open the first block after the prompt's first token: n copies of it as drafts."""
         self.fixed_ra_end = len(self.prompt) + 1 + self.config.block_size
         self.ra_drafts = [first] * self.config.block_size
-        return outcome
+
+    def follow(self, predicted: list[int], committed: list[int]) -> None:
+        """Engine-driven step: the engine verified `main_drafts()` itself and committed `committed`.
+
+        `predicted` holds the verify forward's per-position predictions (see `advance`).
+        """
+        self.acceptance.record(len(self.main_drafts()), len(committed) - 1)
+        self.advance(predicted, len(committed))
+        self.commit(committed)
 
     def plan(self) -> Forward:
         pending = self.tokens[self.cache_len :]
@@ -150,6 +162,7 @@ class JacobiDecoder(Decoder):
         scores = [leading_matches(d, rows.argmax(-1)) for d, rows in options]
         best = max(range(len(options)), key=lambda i: (scores[i], -i))
         committed = verify(*options[best], self.sampling, self.generator)
+        self.acceptance.record(options[best][0].numel(), len(committed) - 1)
         if scores[0] < ra.numel() and self.config.pool_size:
             self.pool.append(ra[scores[0] :].tolist())
         predicted = greedy_main if self.sampling.greedy else choose(main_logits, self.sampling, self.generator)

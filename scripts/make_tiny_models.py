@@ -106,14 +106,17 @@ def as_wedlm(source: Path, target: Path) -> Path:
     return target
 
 
-def make_all(outdir: str | Path) -> dict[str, Path]:
-    """Write every family's checkpoint under `outdir/<family>`, plus a WeDLM-style one; return their paths."""
+def make_all(outdir: str | Path, hidden_size: int = 64) -> dict[str, Path]:
+    """Write every family's checkpoint under `outdir/<family>`, plus a WeDLM-style one; return their paths.
+
+    Engines' CPU attention kernels need a head size of at least 32: `hidden_size` 128 gives that.
+    """
     tokenizer = train_tokenizer()
     mask_id = tokenizer.convert_tokens_to_ids("<|mask|>")
     paths = {}
     for i, family in enumerate(FAMILIES):
         path = Path(outdir) / family
-        model = build_model(family, len(tokenizer), mask_id, tokenizer.eos_token_id, seed=i)
+        model = build_model(family, len(tokenizer), mask_id, tokenizer.eos_token_id, seed=i, hidden_size=hidden_size)
         model.generation_config.eos_token_id = tokenizer.eos_token_id
         model.save_pretrained(path)
         tokenizer.save_pretrained(path)
@@ -125,7 +128,9 @@ def make_all(outdir: str | Path) -> dict[str, Path]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("outdir")
-    for family, path in make_all(parser.parse_args().outdir).items():
+    parser.add_argument("--hidden-size", type=int, default=64, help="128 or more for vLLM/SGLang CPU kernels")
+    args = parser.parse_args()
+    for family, path in make_all(args.outdir, args.hidden_size).items():
         print(f"{family}: {path}")
 
 

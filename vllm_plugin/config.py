@@ -1,0 +1,167 @@
+"""Front end: our methods in `--speculative-config` become vLLM's `custom_class` proposer path.
+
+`{"method": "diffusion_self", "num_speculative_tokens": 4}` is checked against the method's typed config from
+`common/` (unknown keys and bad values are refused naming the field), the mask token is resolved from the
+checkpoint, and the engine args are rewritten to `{"method": "custom_class", "model": <our proposer>, ...}`
+with the typed config in `additional_config`, which vLLM pickles to every worker.
+"""
+
+import argparse
+import dataclasses
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from common.checkpoint import resolve_mask_token_id
+from common.errors import ConfigError
+from common.methods import needs_mask_token, parse_config
+
+SUPPORTED_VLLM = ((0, 32), (0, 34))
+MAX_SPEC_LEN = 128
+ADDITIONAL_CONFIG_KEY = "parallel_decoding"
+
+
+@dataclass(frozen=True)
+class EngineMethod:
+    """How a `common/` method maps onto vLLM: its proposer class and, if it drafts ahead, its scheduler."""
+
+    proposer: str
+    scheduler: str | None = None
+
+
+METHODS = {
+    "diffusion_self": EngineMethod(
+        "vllm_plugin.diffusion_self.DiffusionSelfProposer", "vllm_plugin.scheduler.LookaheadScheduler"
+    ),
+    "jacobi": EngineMethod("vllm_plugin.jacobi.JacobiProposer"),
+}
+
+
+def num_speculative_tokens(method: str, config: Any) -> int:
+    """The most draft tokens one verify step of `method` carries."""
+    if method == "jacobi":
+        return config.block_size * config.num_blocks
+    return config.num_speculative_tokens
+
+
+def engine_config(settings: dict[str, Any]) -> tuple[str, Any]:
+    """(method, typed config) for a `--speculative-config` object naming one of our methods."""
+    settings = dict(settings)
+    method = settings.pop("method")
+    config = parse_config(method, settings)
+    if method == "jacobi" and config.pool_size:
+        raise ConfigError(
+            "pool_size must be 0 under vLLM: rejection recycling verifies several candidate branches in one "
+            f"forward, and vLLM's verifier takes one linear draft; got {config.pool_size}"
+        )
+    if method == "diffusion_self" and config.draft_adapter:
+        raise ConfigError(
+            "draft_adapter is not supported under vLLM yet (a LoRA switched on only in draft forwards); "
+            f"remove it, got {config.draft_adapter!r}"
+        )
+    k = num_speculative_tokens(method, config)
+    if k > MAX_SPEC_LEN:
+        field = "block_size * num_blocks" if method == "jacobi" else "num_speculative_tokens"
+        raise ConfigError(f"{field} must be at most {MAX_SPEC_LEN} (vLLM's rejection sampler limit), got {k}")
+    return method, config
+
+
+def is_ours(settings: Any) -> bool:
+    return isinstance(settings, dict) and settings.get("method") in METHODS
+
+
+def check_vllm_version(version: str) -> None:
+    """Refuse a vLLM outside the range whose private hooks this adapter was written against."""
+    numbers = tuple(int(part) for part in version.split("+")[0].split(".")[:2])
+    low, high = SUPPORTED_VLLM
+    if not low <= numbers < high:
+        raise ConfigError(
+            f"parallel-decoding supports vLLM >= {'.'.join(map(str, low))}, < {'.'.join(map(str, high))}; "
+            f"found {version}"
+        )
+
+
+def resolve_mask(config: Any, model_config: Any) -> Any:
+    """The config with its mask id resolved from the override, the HF config or the tokenizer (never guessed)."""
+    tokenizer = None
+    if config.mask_token_id is None and getattr(model_config.hf_config, "mask_token_id", None) is None:
+        if not model_config.skip_tokenizer_init:
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(
+                model_config.tokenizer, trust_remote_code=model_config.trust_remote_code
+            )
+    mask_id = resolve_mask_token_id(model_config.hf_config, tokenizer, config.mask_token_id)
+    return dataclasses.replace(config, mask_token_id=mask_id)
+
+
+def translate(engine_args: Any, model_config: Any) -> None:
+    """Rewrite `engine_args` in place from one of our methods to vLLM's `custom_class` path."""
+    import vllm
+
+    check_vllm_version(vllm.__version__)
+    method, config = engine_config(engine_args.speculative_config)
+    if needs_mask_token(method):
+        config = resolve_mask(config, model_config)
+    target = METHODS[method]
+    if target.scheduler is not None:
+        if engine_args.scheduler_cls not in (None, target.scheduler):
+            raise ConfigError(
+                f"scheduler_cls must be unset for {method} (it reserves KV slots for the draft block), "
+                f"got {engine_args.scheduler_cls!r}"
+            )
+        engine_args.scheduler_cls = target.scheduler
+    engine_args.additional_config = {
+        **(engine_args.additional_config or {}),
+        ADDITIONAL_CONFIG_KEY: {"method": method, "config": dataclasses.asdict(config)},
+    }
+    engine_args.speculative_config = {
+        "method": "custom_class",
+        "model": target.proposer,
+        "num_speculative_tokens": num_speculative_tokens(method, config),
+    }
+
+
+def checked(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """Wrap the argparse type of `--speculative-config` so our methods' fields are checked at parse time."""
+
+    @functools.wraps(parse)
+    def parse_checked(text: str) -> Any:
+        value = parse(text)
+        if is_ours(value):
+            try:
+                engine_config(value)
+            except ConfigError as err:
+                raise argparse.ArgumentTypeError(str(err)) from None
+        return value
+
+    return parse_checked
+
+
+def install() -> None:
+    """Wrap `EngineArgs.create_speculative_config` and the CLI's `--speculative-config` type (idempotent)."""
+    from vllm.engine.arg_utils import EngineArgs
+
+    if getattr(EngineArgs.create_speculative_config, "parallel_decoding", False):
+        return
+    create = EngineArgs.create_speculative_config
+    add_cli_args = EngineArgs.add_cli_args
+
+    @functools.wraps(create)
+    def create_speculative_config(self: Any, target_model_config: Any, target_parallel_config: Any) -> Any:
+        if is_ours(self.speculative_config):
+            translate(self, target_model_config)
+        return create(self, target_model_config, target_parallel_config)
+
+    @functools.wraps(add_cli_args)
+    def add_cli_args_checked(parser: Any, *args: Any, **kwargs: Any) -> Any:
+        parser = add_cli_args(parser, *args, **kwargs)
+        for action in parser._actions:
+            if "--speculative-config" in action.option_strings:
+                action.type = checked(action.type)
+        return parser
+
+    create_speculative_config.parallel_decoding = True
+    EngineArgs.create_speculative_config = create_speculative_config
+    EngineArgs.add_cli_args = staticmethod(add_cli_args_checked)

@@ -1,0 +1,55 @@
+"""Diffusion self-speculation on vLLM: the target drafts `[seed, mask x k]` bidirectionally over its paged prefix.
+
+The draft window, its width and the draft choice come from `common.diffusion_self`; vLLM's rejection sampler
+verifies with the proposal probabilities we hand it, so sampling stays exact.
+"""
+
+from itertools import accumulate
+from typing import Any
+
+import torch
+
+from common.diffusion_self import draft_width, draft_window, propose
+from common.sampling import SamplingParams
+from vllm_plugin.paged_forward import PagedWindow, run_windows
+from vllm_plugin.proposer import PluginProposer
+
+
+class DiffusionSelfProposer(PluginProposer):
+    def draft(
+        self, runner: Any, scheduler_output: Any, sampled_token_ids: list[list[int]]
+    ) -> tuple[list[list[int]], torch.Tensor | None]:
+        self.forget(scheduler_output.finished_req_ids)
+        batch = runner.input_batch
+        k = self.config.num_speculative_tokens
+        windows = []
+        for row, req_id in enumerate(batch.req_ids):
+            state = runner.requests[req_id]
+            width = draft_width(k, state.sampling_params.max_tokens - len(state.output_token_ids))
+            if sampled_token_ids[row] and width > 0:
+                seed_position = int(batch.num_tokens_no_spec[row]) - 1
+                forward = draft_window(sampled_token_ids[row][-1], seed_position, width, self.config)
+                windows.append(PagedWindow(row, seed_position, forward))
+        drafts: list[list[int]] = [[] for _ in batch.req_ids]
+        if not windows:
+            return drafts, None
+        logits = run_windows(runner, windows).float()
+        requests = [self.request(runner, batch.req_ids[w.row]) for w in windows]
+        widths = [w.forward.logit_rows.numel() for w in windows]
+        if all(sampling.greedy for sampling, _ in requests):
+            tokens = propose(logits, self.config.mask_token_id, SamplingParams(), None)[0].tolist()
+            for window, chunk in zip(windows, split(tokens, widths), strict=True):
+                drafts[window.row] = chunk
+            return drafts, None
+        probs = torch.zeros(len(batch.req_ids), k, logits.shape[-1], device=logits.device)
+        for window, rows, (sampling, generator) in zip(windows, logits.split(widths), requests, strict=True):
+            tokens, q = propose(rows.cpu(), self.config.mask_token_id, sampling, generator)
+            drafts[window.row] = tokens.tolist()
+            probs[window.row, : len(tokens)] = q.to(probs.device)
+        return drafts, probs
+
+
+def split(values: list[int], sizes: list[int]) -> list[list[int]]:
+    """`values` cut into consecutive pieces of `sizes`."""
+    ends = list(accumulate(sizes))
+    return [values[end - size : end] for end, size in zip(ends, sizes, strict=True)]

@@ -1,0 +1,82 @@
+"""An extra forward of the target model on vLLM's paged KV cache, for windows that `common/` plans.
+
+Each window sits physically right after its request's `cache_len` cached tokens (its KV goes into those
+slots, which the next verify overwrites) and carries its own logical positions for RoPE. Attention is
+causal or bidirectional among the window's rows, the cached prefix always visible.
+"""
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from common.window import Attention, Forward
+
+
+@dataclass(frozen=True)
+class PagedWindow:
+    """One request's window: its row in the runner's batch and how many of its tokens are cached before it."""
+
+    row: int
+    cache_len: int
+    forward: Forward
+
+
+def _slot_mapping(block_table: torch.Tensor, block_size: int, rows: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+    """KV cache slot of each (row, physical position) pair through the runner's block table."""
+    blocks = block_table[rows, slots // block_size].long()
+    return blocks * block_size + slots % block_size
+
+
+@torch.inference_mode()
+def run_windows(runner: Any, windows: list[PagedWindow]) -> torch.Tensor:
+    """Forward all windows in one batch; the logits of every window's `logit_rows`, concatenated in order."""
+    from vllm.forward_context import set_forward_context
+    from vllm.v1.attention.backend import CommonAttentionMetadata
+
+    attentions = {w.forward.attention for w in windows}
+    if len(attentions) != 1 or Attention.CUSTOM in attentions:
+        raise ValueError(f"one batch of windows needs one causal or bidirectional pattern, got {attentions}")
+    if len(runner.kv_cache_config.kv_cache_groups) != 1:
+        raise ValueError("parallel-decoding drafts support models with one KV cache group")
+    device = runner.device
+    lengths = torch.tensor([w.forward.num_tokens for w in windows], dtype=torch.int32)
+    cache_lens = torch.tensor([w.cache_len for w in windows], dtype=torch.int32)
+    rows = torch.tensor([w.row for w in windows], dtype=torch.long)
+    seq_lens = cache_lens + lengths
+    query_start_loc = torch.zeros(len(windows) + 1, dtype=torch.int32)
+    query_start_loc[1:] = lengths.cumsum(0)
+    num_tokens = int(query_start_loc[-1])
+    token_rows = rows.repeat_interleave(lengths.long())
+    physical = torch.cat([torch.arange(w.cache_len, w.cache_len + w.forward.num_tokens) for w in windows])
+
+    table = runner.input_batch.block_table[0]
+    block_table = table.get_device_tensor(runner.input_batch.num_reqs)
+    slot_mapping = _slot_mapping(block_table, table.block_size, token_rows.to(device), physical.to(device))
+    positions = torch.cat([w.forward.positions for w in windows]).to(device)
+    metadata = CommonAttentionMetadata(
+        query_start_loc=query_start_loc.to(device),
+        query_start_loc_cpu=query_start_loc,
+        seq_lens=seq_lens.to(device),
+        seq_lens_cpu_upper_bound=seq_lens,
+        num_reqs=len(windows),
+        num_actual_tokens=num_tokens,
+        max_query_len=int(lengths.max()),
+        max_seq_len=int(seq_lens.max()),
+        block_table_tensor=block_table[rows.to(device)],
+        slot_mapping=slot_mapping,
+        causal=Attention.CAUSAL in attentions,
+        is_prefilling=torch.zeros(len(windows), dtype=torch.bool),
+        positions=positions,
+    )
+    per_layer: dict[str, Any] = {}
+    for group in runner.attn_groups[0]:
+        group_metadata = group.build_metadata(metadata)
+        per_layer.update(dict.fromkeys(group.layer_names, group_metadata))
+    slots = dict.fromkeys(runner.kv_cache_config.kv_cache_groups[0].layer_names, slot_mapping)
+    token_ids = torch.cat([w.forward.token_ids for w in windows]).to(device)
+    with set_forward_context(per_layer, runner.vllm_config, num_tokens=num_tokens, slot_mapping=slots):
+        hidden = runner.model(input_ids=token_ids, positions=positions)
+    starts = query_start_loc[:-1].long()
+    logit_index = torch.cat([start + w.forward.logit_rows for start, w in zip(starts, windows, strict=True)])
+    return runner.model.compute_logits(hidden[logit_index.to(device)])

@@ -1,0 +1,62 @@
+"""The base of our vLLM proposers: the method's typed config, per-request sampling, and the runner hooks."""
+
+from typing import Any
+
+import torch
+
+from common.methods import parse_config
+from common.sampling import SamplingParams
+from vllm_plugin import runner_hooks
+from vllm_plugin.config import ADDITIONAL_CONFIG_KEY
+
+GREEDY_EPS = 1e-5
+
+
+def request_sampling(params: Any) -> SamplingParams:
+    """A vLLM request's sampling parameters as `common/` reads them (vLLM's near-zero temperature is greedy)."""
+    temperature = params.temperature if params.temperature >= GREEDY_EPS else 0.0
+    return SamplingParams(temperature=temperature, top_p=params.top_p, top_k=max(params.top_k, 0), seed=params.seed)
+
+
+class PluginProposer:
+    """A `custom_class` proposer driven through `runner_hooks` with the model runner in hand.
+
+    Subclasses implement `draft` (called after each step's bookkeeping) and may implement `observe_verify`
+    (called with the verify logits before vLLM's rejection sampler).
+    """
+
+    def __init__(self, vllm_config: Any) -> None:
+        settings = vllm_config.additional_config[ADDITIONAL_CONFIG_KEY]
+        self.config = parse_config(settings["method"], settings["config"])
+        self.sampling: dict[str, SamplingParams] = {}
+        self.generators: dict[str, torch.Generator] = {}
+        runner_hooks.install()
+
+    def load_model(self, target_model: torch.nn.Module) -> None:
+        """vLLM hands the target model over; drafts run it through the runner, which holds it too."""
+
+    def propose(self, *args: Any, **kwargs: Any) -> list[list[int]]:
+        raise RuntimeError("parallel-decoding proposers run through vllm_plugin.runner_hooks, which is not installed")
+
+    def request(self, runner: Any, req_id: str) -> tuple[SamplingParams, torch.Generator]:
+        """The request's sampling parameters and a CPU generator for our own draws (seeded when it is)."""
+        if req_id not in self.sampling:
+            params = request_sampling(runner.requests[req_id].sampling_params)
+            self.sampling[req_id] = params
+            self.generators[req_id] = params.generator()
+        return self.sampling[req_id], self.generators[req_id]
+
+    def forget(self, finished_req_ids: set[str]) -> None:
+        """Drop the state of requests vLLM has finished or aborted."""
+        for req_id in finished_req_ids:
+            self.sampling.pop(req_id, None)
+            self.generators.pop(req_id, None)
+
+    def draft(
+        self, runner: Any, scheduler_output: Any, sampled_token_ids: list[list[int]]
+    ) -> tuple[list[list[int]], torch.Tensor | None]:
+        """Draft tokens per batch row, and the proposal probabilities [rows, k, vocab] when any row samples."""
+        raise NotImplementedError
+
+    def observe_verify(self, runner: Any, logits: torch.Tensor, metadata: Any) -> None:
+        """See the verify forward's logits (rows laid out by `metadata`) before vLLM's rejection sampler."""

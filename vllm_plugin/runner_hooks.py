@@ -1,0 +1,47 @@
+"""The two runner hooks our proposers need, installed only in a worker whose proposer is one of ours.
+
+vLLM's `custom_class` proposer sees neither the model runner nor the verify logits. These wrappers hand both
+to a `PluginProposer` and pass straight through for any other drafter, so an engine in the same process that
+uses another method behaves exactly as without the plugin.
+"""
+
+import functools
+from typing import Any
+
+import torch
+
+_installed = False
+
+
+def install() -> None:
+    """Wrap `GPUModelRunner.propose_draft_token_ids` and `_sample` (the CPU runner inherits both); idempotent."""
+    global _installed
+    if _installed:
+        return
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    from vllm_plugin.proposer import PluginProposer
+
+    propose_draft_token_ids = GPUModelRunner.propose_draft_token_ids
+    sample = GPUModelRunner._sample
+
+    @functools.wraps(propose_draft_token_ids)
+    def propose_with_runner(self: Any, scheduler_output: Any, sampled_token_ids: Any, *args: Any, **kwargs: Any):
+        drafter = getattr(self, "drafter", None)
+        if not isinstance(drafter, PluginProposer):
+            return propose_draft_token_ids(self, scheduler_output, sampled_token_ids, *args, **kwargs)
+        drafts, probs = drafter.draft(self, scheduler_output, sampled_token_ids)
+        self._draft_probs = probs
+        self._draft_prob_req_ids = None if probs is None else list(self.input_batch.req_ids)
+        return drafts
+
+    @functools.wraps(sample)
+    def sample_observed(self: Any, logits: torch.Tensor | None, spec_decode_metadata: Any) -> Any:
+        drafter = getattr(self, "drafter", None)
+        if isinstance(drafter, PluginProposer) and logits is not None and spec_decode_metadata is not None:
+            drafter.observe_verify(self, logits, spec_decode_metadata)
+        return sample(self, logits, spec_decode_metadata)
+
+    GPUModelRunner.propose_draft_token_ids = propose_with_runner
+    GPUModelRunner._sample = sample_observed
+    _installed = True
