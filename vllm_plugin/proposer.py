@@ -6,10 +6,11 @@ import torch
 
 from common.methods import parse_config
 from common.sampling import SamplingParams
-from vllm_plugin import runner_hooks
+from vllm_plugin import cpu_kernels, runner_hooks
 from vllm_plugin.config import ADDITIONAL_CONFIG_KEY
 
 GREEDY_EPS = 1e-5
+DRAFT_SEED_STRIDE = 0x9E3779B97F4A7C15
 
 
 def request_sampling(params: Any) -> SamplingParams:
@@ -31,6 +32,7 @@ class PluginProposer:
         self.sampling: dict[str, SamplingParams] = {}
         self.generators: dict[str, torch.Generator] = {}
         runner_hooks.install()
+        cpu_kernels.install()
 
     def load_model(self, target_model: torch.nn.Module) -> None:
         """vLLM hands the target model over; drafts run it through the runner, which holds it too."""
@@ -39,11 +41,20 @@ class PluginProposer:
         raise RuntimeError("parallel-decoding proposers run through vllm_plugin.runner_hooks, which is not installed")
 
     def request(self, runner: Any, req_id: str) -> tuple[SamplingParams, torch.Generator]:
-        """The request's sampling parameters and a CPU generator for our own draws (seeded when it is)."""
+        """The request's sampling parameters and a CPU generator for our own draws.
+
+        A seeded request gets a generator seeded apart from vLLM's own: drafts drawn from the stream vLLM's
+        rejection sampler draws its uniforms from would be correlated with them, and sampling no longer exact.
+        """
         if req_id not in self.sampling:
             params = request_sampling(runner.requests[req_id].sampling_params)
             self.sampling[req_id] = params
-            self.generators[req_id] = params.generator()
+            generator = torch.Generator()
+            if params.seed is None:
+                generator.seed()
+            else:
+                generator.manual_seed(params.seed * DRAFT_SEED_STRIDE % 2**63 + 1)
+            self.generators[req_id] = generator
         return self.sampling[req_id], self.generators[req_id]
 
     def forget(self, finished_req_ids: set[str]) -> None:

@@ -1,0 +1,96 @@
+"""vLLM with `diffusion_self` and `jacobi` returns exactly vLLM's own greedy output, and reports the acceptance
+`common/`'s reference runner records for the same prompts."""
+
+import pytest
+
+from tests.vllm_engine import engine, spec_stats  # isort: split
+
+from vllm import SamplingParams
+
+from common.acceptance import AcceptanceStats
+from common.checkpoint import load
+from common.decoder import Limits
+from common.methods import make_decoder, parse_config
+from common.runner import ReferenceRunner
+from common.sampling import SamplingParams as ReferenceSampling
+from scripts.make_tiny_models import make_all
+
+MAX_TOKENS = 29
+STOP_AT = 9
+METHODS = [
+    {"method": "diffusion_self", "num_speculative_tokens": 1},
+    {"method": "diffusion_self", "num_speculative_tokens": 4},
+    {"method": "diffusion_self", "num_speculative_tokens": 15},
+    {"method": "jacobi", "block_size": 4},
+    {"method": "jacobi", "block_size": 3, "num_blocks": 2, "spawn_ratio": 0.5},
+]
+
+
+@pytest.fixture(scope="session")
+def engine_dir(tmp_path_factory):
+    """Tiny checkpoints with head size 32, the smallest vLLM's CPU attention runs."""
+    return make_all(tmp_path_factory.mktemp("engine-models"), hidden_size=128)
+
+
+@pytest.fixture(scope="module")
+def requests(engine_dir, prompts):
+    """Per prompt: plain, stopped by a token from inside the output (as EOS would), and stopped by a string.
+
+    Returned with vLLM's own outputs without speculation for each (the oracle).
+    """
+    greedy = SamplingParams(temperature=0, max_tokens=MAX_TOKENS)
+    with engine(engine_dir["qwen3"]) as llm:
+        first = llm.generate(prompts, greedy)
+        params = []
+        for out in first:
+            tokens = out.outputs[0].token_ids
+            params.append(greedy)
+            params.append(SamplingParams(temperature=0, max_tokens=MAX_TOKENS, stop_token_ids=[tokens[STOP_AT]]))
+            params.append(SamplingParams(temperature=0, max_tokens=MAX_TOKENS, stop=[out.outputs[0].text[-12:-8]]))
+        batch = [p for p in prompts for _ in range(3)]
+        expected = llm.generate(batch, params)
+    return batch, params, expected
+
+
+@pytest.mark.parametrize("spec", METHODS, ids=lambda s: "-".join(f"{v}" for v in s.values()))
+def test_greedy_equals_no_speculation(engine_dir, requests, spec):
+    batch, params, expected = requests
+    with engine(engine_dir["qwen3"], spec) as llm:
+        got = llm.generate(batch, params)
+        stats = spec_stats(llm)
+    stopped = 0
+    for want, out in zip(expected, got, strict=True):
+        assert out.outputs[0].token_ids == want.outputs[0].token_ids
+        assert out.outputs[0].text == want.outputs[0].text
+        assert out.outputs[0].finish_reason == want.outputs[0].finish_reason
+        stopped += want.outputs[0].finish_reason == "stop"
+    assert stopped >= len(batch) // 3
+    assert stats.num_drafts > 0
+
+
+def reference_stats(model_dir, method: str, settings: dict, prompts: list[str]) -> AcceptanceStats:
+    """Acceptance counters of `common/`'s reference runner over `prompts`, summed as vLLM sums them."""
+    model, tokenizer = load(model_dir)
+    config = parse_config(method, settings, mask_token_id=model.config.mask_token_id)
+    total = AcceptanceStats()
+    for prompt in prompts:
+        decoder = make_decoder(method, config, tokenizer.encode(prompt), ReferenceSampling(), Limits(MAX_TOKENS))
+        ReferenceRunner(model).run(decoder)
+        stats = decoder.acceptance
+        total.num_drafts += stats.num_drafts
+        total.num_draft_tokens += stats.num_draft_tokens
+        total.accepted_per_position += [0] * (len(stats.accepted_per_position) - len(total.accepted_per_position))
+        for position, accepted in enumerate(stats.accepted_per_position):
+            total.accepted_per_position[position] += accepted
+    return total
+
+
+@pytest.mark.parametrize("spec", [METHODS[1], METHODS[3]], ids=["diffusion_self", "jacobi"])
+def test_metrics_match_reference(engine_dir, prompts, spec):
+    settings = {k: v for k, v in spec.items() if k != "method"}
+    with engine(engine_dir["qwen3"], spec) as llm:
+        llm.generate(prompts, SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True))
+        got = spec_stats(llm)
+    want = reference_stats(engine_dir["qwen3"], spec["method"], settings, prompts)
+    assert got == want
+    assert got.num_accepted_tokens > 0

@@ -1,0 +1,69 @@
+"""Under sampling, vLLM with `jacobi` and `diffusion_self` follows the model's distribution exactly, and the
+rejection sampler gets diffusion_self's draft probabilities."""
+
+import pytest
+import torch
+
+from tests.vllm_engine import engine  # isort: split
+
+from vllm import SamplingParams, TokensPrompt
+from vllm.v1.sample.rejection_sampler import RejectionSampler
+
+from common.sampling import SamplingParams as ReferenceSampling
+from scripts.make_tiny_models import build_model
+from tests.test_sampling_exact import LENGTH, MASK, P_VALUE_FLOOR, PROMPT, SAMPLES, VOCAB, chi_square_p_value, exact_joint
+
+CASES = [
+    {"method": "jacobi", "block_size": 3},
+    {"method": "diffusion_self", "num_speculative_tokens": 2},
+]
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    """A vocabulary-8 model (head size 32) saved for vLLM, and the model itself for the exact joint."""
+    model = build_model("qwen3", VOCAB, MASK, eos_token_id=None, seed=3, hidden_size=128)
+    path = tmp_path_factory.mktemp("vocab8")
+    model.save_pretrained(path)
+    return path, model
+
+
+def sampled(llm, temperature: float, seeds: range, max_tokens: int = LENGTH) -> list[tuple[int, ...]]:
+    params = [SamplingParams(temperature=temperature, seed=s, max_tokens=max_tokens, detokenize=False) for s in seeds]
+    outputs = llm.generate([TokensPrompt(prompt_token_ids=PROMPT)] * len(params), params, use_tqdm=False)
+    return [tuple(o.outputs[0].token_ids) for o in outputs]
+
+
+@pytest.mark.parametrize("spec", CASES, ids=[c["method"] for c in CASES])
+def test_distribution_matches_model(small, spec):
+    path, model = small
+    with engine(path, spec, skip_tokenizer_init=True) as llm:
+        outputs = sampled(llm, 1.0, range(SAMPLES))
+    counts: dict[tuple[int, ...], int] = {}
+    for key in outputs:
+        counts[key] = counts.get(key, 0) + 1
+    assert chi_square_p_value(counts, exact_joint(model, ReferenceSampling(temperature=1.0))) > P_VALUE_FLOOR
+
+
+def test_rejection_sampler_receives_draft_probabilities(small, monkeypatch):
+    """Sampled requests hand the sampler q (rows summing to 1, no mass on the mask); greedy ones hand none."""
+    seen: list[torch.Tensor | None] = []
+    forward = RejectionSampler.forward
+
+    def spy(self, metadata, draft_probs, logits, sampling_metadata):
+        if sum(metadata.num_draft_tokens):
+            seen.append(None if draft_probs is None else draft_probs.clone())
+        return forward(self, metadata, draft_probs, logits, sampling_metadata)
+
+    monkeypatch.setattr(RejectionSampler, "forward", spy)
+    path, _ = small
+    with engine(path, CASES[1], skip_tokenizer_init=True) as llm:
+        sampled(llm, 1.0, range(8), max_tokens=8)
+        sampled_calls, seen[:] = list(seen), []
+        sampled(llm, 0.0, range(8), max_tokens=8)
+    assert sampled_calls and all(q is not None for q in sampled_calls)
+    for q in sampled_calls:
+        assert q.dtype == torch.float32 and q.shape[-1] == VOCAB
+        torch.testing.assert_close(q.sum(-1), torch.ones(q.shape[0]))
+        assert torch.all(q[:, MASK] == 0)
+    assert seen and all(q is None for q in seen)
