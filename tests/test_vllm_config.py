@@ -1,0 +1,86 @@
+"""Bad `--speculative-config` values are refused naming the field, before the model loads; the plugin changes
+nothing for engines that do not select one of its methods."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tests.vllm_engine import engine  # isort: split
+
+from vllm import SamplingParams
+
+from common.errors import ConfigError
+from tests.test_vllm_lossless import engine_dir  # noqa: F401 (fixture)
+
+BAD = [
+    ({"method": "diffusion_self", "num_speculative_tokens": 0}, "num_speculative_tokens"),
+    ({"method": "diffusion_self", "num_speculative_tokens": 200}, "num_speculative_tokens"),
+    ({"method": "diffusion_self", "draft_adapter": "linear_spec_lora"}, "draft_adapter"),
+    ({"method": "jacobi", "block_size": 0}, "block_size"),
+    ({"method": "jacobi", "spawn_ratio": 2}, "spawn_ratio"),
+    ({"method": "jacobi", "pool_size": 4}, "pool_size"),
+    ({"method": "jacobi", "denoise_steps": 4}, "denoise_steps"),
+]
+
+
+@pytest.mark.parametrize(("spec", "field"), BAD, ids=[f for _, f in BAD])
+def test_offline_refused_naming_field(engine_dir, spec, field):  # noqa: F811
+    with pytest.raises(ConfigError, match=field), engine(engine_dir["qwen3"], spec):
+        pass
+
+
+@pytest.fixture(scope="module")
+def maskless(engine_dir, tmp_path_factory):  # noqa: F811
+    """The tiny Qwen3 with no mask token in its config or its tokenizer."""
+    path = tmp_path_factory.mktemp("maskless") / "qwen3"
+    shutil.copytree(engine_dir["qwen3"], path)
+    for name, key in (("config.json", "mask_token_id"), ("tokenizer_config.json", "mask_token")):
+        data = json.loads((path / name).read_text())
+        data.pop(key, None)
+        (path / name).write_text(json.dumps(data))
+    return path
+
+
+def test_model_without_mask_token_refused(maskless):
+    with pytest.raises(ConfigError, match="mask_token_id"), engine(maskless, {"method": "diffusion_self"}):
+        pass
+    with engine(maskless, {"method": "diffusion_self", "mask_token_id": 1}) as llm:
+        assert llm.generate(["import os"], SamplingParams(temperature=0, max_tokens=4))[0].outputs[0].token_ids
+
+
+def test_cli_refuses_bad_value_without_traceback(engine_dir):  # noqa: F811
+    spec = json.dumps({"method": "jacobi", "block_size": 0})
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(engine_dir["qwen3"]),
+           "--speculative-config", spec]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env={**os.environ, "CI": "true"})
+    assert done.returncode == 2
+    assert "block_size must be a positive integer, got 0" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_not_selected_changes_nothing(engine_dir):  # noqa: F811
+    """A plain engine and an ngram engine run with no runner hook and no scheduler swap (fresh process)."""
+    code = f"""
+import os
+os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+from vllm import LLM, SamplingParams
+from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+from vllm.triton_utils.dispatcher import _registry
+for spec in (None, {{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 2}}):
+    llm = LLM(model={str(engine_dir["qwen3"])!r}, speculative_config=spec, enforce_eager=True,
+              kv_cache_memory_bytes=64 << 20, max_model_len=512, dtype="float32")
+    llm.generate(["import os"], SamplingParams(temperature=0, max_tokens=8))
+    assert llm.llm_engine.vllm_config.scheduler_config.scheduler_cls is None
+    assert "parallel_decoding" not in llm.llm_engine.vllm_config.additional_config
+    del llm
+assert not hasattr(GPUModelRunner.propose_draft_token_ids, "__wrapped__")
+assert not hasattr(GPUModelRunner._sample, "__wrapped__")
+assert "vllm_plugin" not in _registry["vllm.v1.sample.rejection_sampler.expand_kernel"][1].__module__
+print("UNCHANGED")
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert "UNCHANGED" in done.stdout, done.stderr[-3000:]

@@ -1,0 +1,115 @@
+"""The OpenAI-compatible server with `diffusion_self` or `jacobi` answers 32 concurrent requests, streamed and
+not, exactly as vLLM without speculation (temperature 0, stop strings, stop tokens, max_tokens)."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from tests.vllm_engine import engine  # isort: split
+
+import openai
+from vllm import SamplingParams
+
+from tests.test_vllm_lossless import MAX_TOKENS, STOP_AT, engine_dir  # noqa: F401 (fixture)
+
+SERVED = [
+    {"method": "diffusion_self", "num_speculative_tokens": 4},
+    {"method": "jacobi", "block_size": 4},
+]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def cases(engine_dir, prompts):  # noqa: F811
+    """(prompt, request extras, expected text, expected completion tokens) from vLLM without speculation."""
+    greedy = SamplingParams(temperature=0, max_tokens=MAX_TOKENS)
+    with engine(engine_dir["qwen3"]) as llm:
+        first = llm.generate(prompts, greedy)
+        requests = []
+        for prompt, out in zip(prompts, first, strict=True):
+            requests.append((prompt, {}))
+            requests.append((prompt, {"stop": [out.outputs[0].text[-12:-8]]}))
+            requests.append((prompt, {"extra_body": {"stop_token_ids": [out.outputs[0].token_ids[STOP_AT]]}}))
+        params = [
+            SamplingParams(temperature=0, max_tokens=MAX_TOKENS, stop=extra.get("stop"),
+                           stop_token_ids=extra.get("extra_body", {}).get("stop_token_ids"))
+            for _, extra in requests
+        ]
+        outs = llm.generate([p for p, _ in requests], params)
+    return [(p, extra, o.outputs[0].text, len(o.outputs[0].token_ids)) for (p, extra), o in zip(requests, outs)]
+
+
+@pytest.fixture(scope="module", params=SERVED, ids=[s["method"] for s in SERVED])
+def server(request, engine_dir, tmp_path_factory):  # noqa: F811
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"}
+    env["VLLM_CACHE_ROOT"] = str(tmp_path_factory.mktemp("vllm-cache"))
+    log = open(tmp_path_factory.mktemp("server") / "log.txt", "w+")  # noqa: SIM115
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(engine_dir["qwen3"]),
+           "--served-model-name", "tiny", "--port", str(port), "--dtype", "float32", "--enforce-eager",
+           "--max-model-len", "512", "--kv-cache-memory-bytes", str(64 << 20),
+           "--speculative-config", json.dumps(request.param)]
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0, timeout=120)
+    try:
+        deadline = time.time() + 300
+        while True:
+            try:
+                client.models.list()
+                break
+            except openai.APIConnectionError:
+                log.seek(0)
+                assert proc.poll() is None and time.time() < deadline, log.read()[-3000:]
+                time.sleep(1)
+        yield client
+    finally:
+        proc.terminate()
+        proc.wait(60)
+        log.close()
+
+
+def complete(client: openai.OpenAI, prompt: str, extra: dict) -> tuple[str, int]:
+    out = client.completions.create(model="tiny", prompt=prompt, max_tokens=MAX_TOKENS, temperature=0, **extra)
+    return out.choices[0].text, out.usage.completion_tokens
+
+
+def stream(client: openai.OpenAI, prompt: str, extra: dict) -> tuple[str, int]:
+    chunks = client.completions.create(model="tiny", prompt=prompt, max_tokens=MAX_TOKENS, temperature=0,
+                                       stream=True, stream_options={"include_usage": True}, **extra)
+    text, used = "", 0
+    for chunk in chunks:
+        text += "".join(c.text for c in chunk.choices)
+        if chunk.usage is not None:
+            used = chunk.usage.completion_tokens
+    return text, used
+
+
+@pytest.mark.parametrize("call", [complete, stream], ids=["plain", "streaming"])
+def test_concurrent_requests_equal_no_speculation(server, cases, call):
+    with ThreadPoolExecutor(32) as pool:
+        got = list(pool.map(lambda case: call(server, case[0], case[1]), cases))
+    assert got == [(text, tokens) for _, _, text, tokens in cases]
+    assert sum(tokens < MAX_TOKENS for _, _, _, tokens in cases) >= len(cases) // 3
+
+
+def test_metrics_endpoint_reports_acceptance(server):
+    """After the requests above, /metrics carries vLLM's per-position acceptance for our method."""
+    url = str(server.base_url).removesuffix("/v1/") + "/metrics"
+    with urllib.request.urlopen(url, timeout=30) as response:
+        lines = response.read().decode().splitlines()
+    drafts = [line for line in lines if line.startswith("vllm:spec_decode_num_drafts_total")]
+    accepted = [line for line in lines if line.startswith("vllm:spec_decode_num_accepted_tokens_per_pos_total")]
+    assert drafts and float(drafts[0].split()[-1]) > 0
+    assert accepted and float(accepted[0].split()[-1]) > 0
