@@ -19,6 +19,12 @@ def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+@pytest.fixture(scope="session")
+def engine_dir(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Tiny checkpoints with head size 32, the smallest the engines' CPU attention kernels run."""
+    return make_all(tmp_path_factory.mktemp("engine-models"), hidden_size=128)
+
+
 @pytest.fixture(scope="session", params=["qwen3", "qwen2", "llama"])
 def tiny(request: pytest.FixtureRequest, tiny_dir: Path):
     """(model, tokenizer) for each tiny family."""

@@ -14,7 +14,6 @@ from tests.vllm_engine import engine  # isort: split
 from vllm import SamplingParams
 
 from common.errors import ConfigError
-from tests.test_vllm_lossless import engine_dir  # noqa: F401 (fixture)
 
 BAD = [
     ({"method": "diffusion_self", "num_speculative_tokens": 0}, "num_speculative_tokens"),
@@ -28,13 +27,13 @@ BAD = [
 
 
 @pytest.mark.parametrize(("spec", "field"), BAD, ids=[f for _, f in BAD])
-def test_offline_refused_naming_field(engine_dir, spec, field):  # noqa: F811
+def test_offline_refused_naming_field(engine_dir, spec, field):
     with pytest.raises(ConfigError, match=field), engine(engine_dir["qwen3"], spec):
         pass
 
 
 @pytest.fixture(scope="module")
-def maskless(engine_dir, tmp_path_factory):  # noqa: F811
+def maskless(engine_dir, tmp_path_factory):
     """The tiny Qwen3 with no mask token in its config or its tokenizer."""
     path = tmp_path_factory.mktemp("maskless") / "qwen3"
     shutil.copytree(engine_dir["qwen3"], path)
@@ -52,7 +51,7 @@ def test_model_without_mask_token_refused(maskless):
         assert llm.generate(["import os"], SamplingParams(temperature=0, max_tokens=4))[0].outputs[0].token_ids
 
 
-def test_cli_refuses_bad_value_without_traceback(engine_dir):  # noqa: F811
+def test_cli_refuses_bad_value_without_traceback(engine_dir):
     spec = json.dumps({"method": "jacobi", "block_size": 0})
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(engine_dir["qwen3"]),
            "--speculative-config", spec]
@@ -62,7 +61,7 @@ def test_cli_refuses_bad_value_without_traceback(engine_dir):  # noqa: F811
     assert "Traceback" not in done.stderr
 
 
-def test_not_selected_changes_nothing(engine_dir):  # noqa: F811
+def test_not_selected_changes_nothing(engine_dir):
     """A plain engine and an ngram engine run with no runner hook and no scheduler swap (fresh process)."""
     code = f"""
 import os

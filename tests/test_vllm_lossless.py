@@ -13,7 +13,6 @@ from common.decoder import Limits
 from common.methods import make_decoder, parse_config
 from common.runner import ReferenceRunner
 from common.sampling import SamplingParams as ReferenceSampling
-from scripts.make_tiny_models import make_all
 
 MAX_TOKENS = 29
 STOP_AT = 9
@@ -24,12 +23,6 @@ METHODS = [
     {"method": "jacobi", "block_size": 4},
     {"method": "jacobi", "block_size": 3, "num_blocks": 2, "spawn_ratio": 0.5},
 ]
-
-
-@pytest.fixture(scope="session")
-def engine_dir(tmp_path_factory):
-    """Tiny checkpoints with head size 32, the smallest vLLM's CPU attention runs."""
-    return make_all(tmp_path_factory.mktemp("engine-models"), hidden_size=128)
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,16 @@ from vllm.v1.sample.rejection_sampler import RejectionSampler
 
 from common.sampling import SamplingParams as ReferenceSampling
 from scripts.make_tiny_models import build_model
-from tests.test_sampling_exact import LENGTH, MASK, P_VALUE_FLOOR, PROMPT, SAMPLES, VOCAB, chi_square_p_value, exact_joint
+from tests.test_sampling_exact import (
+    LENGTH,
+    MASK,
+    P_VALUE_FLOOR,
+    PROMPT,
+    SAMPLES,
+    VOCAB,
+    chi_square_p_value,
+    exact_joint,
+)
 
 CASES = [
     {"method": "jacobi", "block_size": 3},

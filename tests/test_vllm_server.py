@@ -17,7 +17,7 @@ from tests.vllm_engine import engine  # isort: split
 import openai
 from vllm import SamplingParams
 
-from tests.test_vllm_lossless import MAX_TOKENS, STOP_AT, engine_dir  # noqa: F401 (fixture)
+from tests.test_vllm_lossless import MAX_TOKENS, STOP_AT
 
 SERVED = [
     {"method": "diffusion_self", "num_speculative_tokens": 4},
@@ -32,7 +32,7 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def cases(engine_dir, prompts):  # noqa: F811
+def cases(engine_dir, prompts):
     """(prompt, request extras, expected text, expected completion tokens) from vLLM without speculation."""
     greedy = SamplingParams(temperature=0, max_tokens=MAX_TOKENS)
     with engine(engine_dir["qwen3"]) as llm:
@@ -48,15 +48,18 @@ def cases(engine_dir, prompts):  # noqa: F811
             for _, extra in requests
         ]
         outs = llm.generate([p for p, _ in requests], params)
-    return [(p, extra, o.outputs[0].text, len(o.outputs[0].token_ids)) for (p, extra), o in zip(requests, outs)]
+    return [
+        (prompt, extra, out.outputs[0].text, len(out.outputs[0].token_ids))
+        for (prompt, extra), out in zip(requests, outs, strict=True)
+    ]
 
 
 @pytest.fixture(scope="module", params=SERVED, ids=[s["method"] for s in SERVED])
-def server(request, engine_dir, tmp_path_factory):  # noqa: F811
+def server(request, engine_dir, tmp_path_factory):
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"}
     env["VLLM_CACHE_ROOT"] = str(tmp_path_factory.mktemp("vllm-cache"))
-    log = open(tmp_path_factory.mktemp("server") / "log.txt", "w+")  # noqa: SIM115
+    log = open(tmp_path_factory.mktemp("server") / "log.txt", "w+")
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(engine_dir["qwen3"]),
            "--served-model-name", "tiny", "--port", str(port), "--dtype", "float32", "--enforce-eager",
            "--max-model-len", "512", "--kv-cache-memory-bytes", str(64 << 20),

@@ -9,9 +9,9 @@ from typing import Any
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from vllm import LLM  # noqa: E402
+from vllm import LLM
 
-from common.acceptance import AcceptanceStats  # noqa: E402
+from common.acceptance import AcceptanceStats
 
 ENGINE_ARGS: dict[str, Any] = {
     "enforce_eager": True,

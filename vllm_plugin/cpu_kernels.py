@@ -14,7 +14,7 @@ def expand(
     cu_num_tokens: torch.Tensor,
     replace_from: float,
     replace_to: float,
-    MAX_NUM_TOKENS: int | None = None,  # noqa: N803 (the kernel's own parameter name)
+    MAX_NUM_TOKENS: int | None = None,
 ) -> None:
     """`output[t]` = the value of the request owning token t, with `replace_from` mapped to `replace_to`."""
     counts = torch.diff(cu_num_tokens.long(), prepend=cu_num_tokens.new_zeros(1).long())
