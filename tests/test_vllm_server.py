@@ -1,13 +1,6 @@
 """The OpenAI-compatible server with `diffusion_self` or `jacobi` answers 32 concurrent requests, streamed and
 not, exactly as vLLM without speculation (temperature 0, stop strings, stop tokens, max_tokens)."""
 
-import json
-import os
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -17,18 +10,13 @@ from tests.vllm_engine import engine  # isort: split
 import openai
 from vllm import SamplingParams
 
+from scripts.vllm_server import metrics, vllm_server
 from tests.test_vllm_lossless import MAX_TOKENS, STOP_AT
 
 SERVED = [
     {"method": "diffusion_self", "num_speculative_tokens": 4},
     {"method": "jacobi", "block_size": 4},
 ]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -56,31 +44,9 @@ def cases(engine_dir, prompts):
 
 @pytest.fixture(scope="module", params=SERVED, ids=[s["method"] for s in SERVED])
 def server(request, engine_dir, tmp_path_factory):
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"}
-    env["VLLM_CACHE_ROOT"] = str(tmp_path_factory.mktemp("vllm-cache"))
-    log = open(tmp_path_factory.mktemp("server") / "log.txt", "w+")
-    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(engine_dir["qwen3"]),
-           "--served-model-name", "tiny", "--port", str(port), "--dtype", "float32", "--enforce-eager",
-           "--max-model-len", "512", "--kv-cache-memory-bytes", str(64 << 20),
-           "--speculative-config", json.dumps(request.param)]
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
-    client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0, timeout=120)
-    try:
-        deadline = time.time() + 300
-        while True:
-            try:
-                client.models.list()
-                break
-            except openai.APIConnectionError:
-                log.seek(0)
-                assert proc.poll() is None and time.time() < deadline, log.read()[-3000:]
-                time.sleep(1)
+    log = tmp_path_factory.mktemp("server") / "log.txt"
+    with vllm_server(engine_dir["qwen3"], request.param, log_path=log) as client:
         yield client
-    finally:
-        proc.terminate()
-        proc.wait(60)
-        log.close()
 
 
 def complete(client: openai.OpenAI, prompt: str, extra: dict) -> tuple[str, int]:
@@ -109,10 +75,8 @@ def test_concurrent_requests_equal_no_speculation(server, cases, call):
 
 def test_metrics_endpoint_reports_acceptance(server):
     """After the requests above, /metrics carries vLLM's per-position acceptance for our method."""
-    url = str(server.base_url).removesuffix("/v1/") + "/metrics"
-    with urllib.request.urlopen(url, timeout=30) as response:
-        lines = response.read().decode().splitlines()
-    drafts = [line for line in lines if line.startswith("vllm:spec_decode_num_drafts_total")]
-    accepted = [line for line in lines if line.startswith("vllm:spec_decode_num_accepted_tokens_per_pos_total")]
-    assert drafts and float(drafts[0].split()[-1]) > 0
-    assert accepted and float(accepted[0].split()[-1]) > 0
+    samples = metrics(server)
+    drafts = [v for k, v in samples.items() if k.startswith("vllm:spec_decode_num_drafts_total")]
+    accepted = [v for k, v in samples.items() if k.startswith("vllm:spec_decode_num_accepted_tokens_per_pos_total")]
+    assert drafts and drafts[0] > 0
+    assert accepted and accepted[0] > 0
