@@ -3,7 +3,7 @@
 
 import pytest
 
-from tests.vllm_engine import engine, spec_stats  # isort: split
+from tests.vllm_engine import engine  # isort: split
 
 from vllm import SamplingParams
 
@@ -13,6 +13,7 @@ from common.decoder import Limits
 from common.methods import make_decoder, parse_config
 from common.runner import ReferenceRunner
 from common.sampling import SamplingParams as ReferenceSampling
+from vllm_plugin.metrics import acceptance
 
 MAX_TOKENS = 29
 STOP_AT = 9
@@ -50,7 +51,7 @@ def test_greedy_equals_no_speculation(engine_dir, requests, spec):
     batch, params, expected = requests
     with engine(engine_dir["qwen3"], spec) as llm:
         got = llm.generate(batch, params)
-        stats = spec_stats(llm)
+        stats = acceptance(llm)
     stopped = 0
     for want, out in zip(expected, got, strict=True):
         assert out.outputs[0].token_ids == want.outputs[0].token_ids
@@ -83,7 +84,7 @@ def test_metrics_match_reference(engine_dir, prompts, spec):
     settings = {k: v for k, v in spec.items() if k != "method"}
     with engine(engine_dir["qwen3"], spec) as llm:
         llm.generate(prompts, SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True))
-        got = spec_stats(llm)
+        got = acceptance(llm)
     want = reference_stats(engine_dir["qwen3"], spec["method"], settings, prompts)
     assert got == want
     assert got.num_accepted_tokens > 0

@@ -1,4 +1,4 @@
-"""Helpers for the vLLM tests: in-process engines on tiny local checkpoints, and vLLM's spec-decode counters."""
+"""Helpers for the vLLM tests: in-process engines on tiny local checkpoints."""
 
 import gc
 import os
@@ -10,8 +10,6 @@ os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from vllm import LLM
-
-from common.acceptance import AcceptanceStats
 
 ENGINE_ARGS: dict[str, Any] = {
     "enforce_eager": True,
@@ -32,14 +30,3 @@ def engine(model: Any, speculative_config: dict | None = None, **kwargs: Any) ->
     finally:
         del llm
         gc.collect()
-
-
-def spec_stats(llm: LLM) -> AcceptanceStats:
-    """vLLM's speculative-decoding counters since the engine started, as `common/` records them."""
-    metrics = {m.name: m for m in llm.get_metrics()}
-    per_position = metrics.get("vllm:spec_decode_num_accepted_tokens_per_pos")
-    return AcceptanceStats(
-        num_drafts=metrics["vllm:spec_decode_num_drafts"].value,
-        num_draft_tokens=metrics["vllm:spec_decode_num_draft_tokens"].value,
-        accepted_per_position=list(per_position.values) if per_position else [],
-    )

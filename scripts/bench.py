@@ -1,0 +1,116 @@
+"""Benchmark parallel decoders in a serving engine against its own AR decoding: tokens/s and tokens per forward.
+
+    python -m scripts.bench --engine vllm --model DIR --json OUT.json [--png OUT.png] [--max-tokens 64]
+
+Writes a list of records {engine, method, config, batch_size, tokens_per_second, tokens_per_forward,
+speedup, acceptance_length}. Tokens per forward counts every model forward a request takes part in: each
+target forward yields 1 + accepted tokens (so target forwards = tokens - accepted) and diffusion_self adds
+one draft forward per draft.
+"""
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from tqdm import tqdm
+
+METHODS = [
+    ("ar", None),
+    ("ngram", {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3}),
+    ("diffusion_self", {"method": "diffusion_self", "num_speculative_tokens": 8}),
+    ("jacobi", {"method": "jacobi", "block_size": 8}),
+]
+PROMPTS = [
+    "def wrap(text, width=70):", "import heapq\n", "class Formatter:", "    def __init__(self, ",
+    "def bisect_left(a, x, lo=0, hi=None):", "for line in lines:", "    return ''.join(", "if __name__ == '__main__':",
+]
+
+
+def run_vllm(model: str, spec: dict | None, batch_size: int, max_tokens: int, rounds: int) -> dict:
+    """Generate `rounds` batches of `batch_size` prompts; measure after one warm-up batch.
+
+    The engine core runs in its own process (vLLM's default), so engines of several methods follow each other.
+    """
+    from vllm import LLM, SamplingParams
+
+    from vllm_plugin.metrics import acceptance
+
+    llm = LLM(model=model, speculative_config=spec, enforce_eager=True, kv_cache_memory_bytes=256 << 20,
+              max_model_len=512, max_num_seqs=batch_size, disable_log_stats=False, seed=0)
+    params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
+    batches = [[PROMPTS[(r * batch_size + i) % len(PROMPTS)] for i in range(batch_size)] for r in range(rounds)]
+    llm.generate(batches[0], params, use_tqdm=False)
+    before = acceptance(llm) if spec else None
+    start, tokens = time.perf_counter(), 0
+    for batch in batches:
+        tokens += sum(len(o.outputs[0].token_ids) for o in llm.generate(batch, params, use_tqdm=False))
+    seconds = time.perf_counter() - start
+    drafts = accepted = 0
+    if spec:
+        after = acceptance(llm)
+        drafts = after.num_drafts - before.num_drafts
+        accepted = after.num_accepted_tokens - before.num_accepted_tokens
+    del llm
+    draft_forwards = drafts if spec and spec["method"] == "diffusion_self" else 0
+    return {
+        "tokens_per_second": tokens / seconds,
+        "tokens_per_forward": tokens / (tokens - accepted + draft_forwards),
+        "acceptance_length": 1 + accepted / drafts if drafts else 1.0,
+        "tokens": tokens,
+        "seconds": seconds,
+    }
+
+
+def plot(records: list[dict], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    methods = list(dict.fromkeys(r["method"] for r in records))
+    sizes = sorted({r["batch_size"] for r in records})
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for ax, key in zip(axes, ("tokens_per_second", "tokens_per_forward"), strict=True):
+        width = 0.8 / len(sizes)
+        for j, size in enumerate(sizes):
+            values = [next(r[key] for r in records if r["method"] == m and r["batch_size"] == size) for m in methods]
+            ax.bar([i + j * width for i in range(len(methods))], values, width, label=f"batch {size}")
+        ax.set_xticks([i + width * (len(sizes) - 1) / 2 for i in range(len(methods))], methods)
+        ax.set_title(key.replace("_", " "))
+        ax.legend()
+    fig.suptitle(f"{records[0]['engine']}: {records[0]['model']}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--engine", choices=["vllm"], required=True)
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--json", required=True)
+    parser.add_argument("--png", default=None, help="bar charts of tokens/s and tokens per forward")
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=4, help="timed batches per method and batch size")
+    parser.add_argument("--batch-sizes", default="1,8")
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.batch_sizes.split(",")]
+    records = []
+    for size in sizes:
+        baseline = None
+        for name, spec in tqdm([*METHODS], desc=f"batch {size}"):
+            result = run_vllm(args.model, spec, size, args.max_tokens, args.rounds)
+            baseline = baseline or result["tokens_per_second"]
+            records.append({"engine": args.engine, "model": args.model, "method": name, "config": spec,
+                            "batch_size": size, **result, "speedup": result["tokens_per_second"] / baseline})
+    Path(args.json).write_text(json.dumps(records, indent=1))
+    print(f"{'method':<16}{'batch':>6}{'tok/s':>10}{'tok/fwd':>9}{'accept len':>11}{'speedup':>9}")
+    for r in records:
+        print(f"{r['method']:<16}{r['batch_size']:>6}{r['tokens_per_second']:>10.1f}{r['tokens_per_forward']:>9.2f}"
+              f"{r['acceptance_length']:>11.2f}{r['speedup']:>9.2f}")
+    if args.png:
+        plot(records, args.png)
+
+
+if __name__ == "__main__":
+    main()

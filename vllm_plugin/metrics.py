@@ -1,0 +1,16 @@
+"""vLLM's speculative-decoding counters read back in the form `common/` records them."""
+
+from typing import Any
+
+from common.acceptance import AcceptanceStats
+
+
+def acceptance(llm: Any) -> AcceptanceStats:
+    """Drafts, draft tokens and accepted tokens per position since an offline `LLM` started (needs log stats)."""
+    metrics = {m.name: m for m in llm.get_metrics()}
+    per_position = metrics.get("vllm:spec_decode_num_accepted_tokens_per_pos")
+    return AcceptanceStats(
+        num_drafts=metrics["vllm:spec_decode_num_drafts"].value,
+        num_draft_tokens=metrics["vllm:spec_decode_num_draft_tokens"].value,
+        accepted_per_position=list(per_position.values) if per_position else [],
+    )
