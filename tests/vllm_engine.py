@@ -15,6 +15,7 @@ ENGINE_ARGS: dict[str, Any] = {
     "enforce_eager": True,
     "kv_cache_memory_bytes": 64 << 20,
     "max_model_len": 512,
+    "block_size": 32,
     "dtype": "float32",
     "seed": 0,
     "disable_log_stats": False,
@@ -23,7 +24,7 @@ ENGINE_ARGS: dict[str, Any] = {
 
 @contextmanager
 def engine(model: Any, speculative_config: dict | None = None, **kwargs: Any) -> Iterator[LLM]:
-    """An in-process `LLM` (float32, eager, small KV) that is torn down on exit."""
+    """An in-process `LLM` (float32, eager, small KV, 32-token blocks) that is torn down on exit."""
     llm = LLM(model=str(model), speculative_config=speculative_config, **{**ENGINE_ARGS, **kwargs})
     try:
         yield llm

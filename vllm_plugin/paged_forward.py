@@ -51,6 +51,9 @@ def run_windows(runner: Any, windows: list[PagedWindow]) -> torch.Tensor:
     physical = torch.cat([torch.arange(w.cache_len, w.cache_len + w.forward.num_tokens) for w in windows])
 
     table = runner.input_batch.block_table[0]
+    owned = torch.from_numpy(table.num_blocks_per_row[rows.numpy()]).long()
+    if bool((seq_lens.long() > owned * table.block_size).any()):
+        raise RuntimeError("a window runs past the KV blocks its request owns: the scheduler reserved too few slots")
     block_table = table.get_device_tensor(runner.input_batch.num_reqs)
     slot_mapping = _slot_mapping(block_table, table.block_size, token_rows.to(device), physical.to(device))
     positions = torch.cat([w.forward.positions for w in windows]).to(device)
