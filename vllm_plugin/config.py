@@ -35,13 +35,27 @@ METHODS = {
         "vllm_plugin.diffusion_self.DiffusionSelfProposer", "vllm_plugin.scheduler.LookaheadScheduler"
     ),
     "jacobi": EngineMethod("vllm_plugin.jacobi.JacobiProposer"),
+    "wedlm": EngineMethod("vllm_plugin.wedlm.WeDLMProposer", "vllm_plugin.scheduler.WindowScheduler"),
+    "diffusion": EngineMethod(
+        "vllm_plugin.diffusion.DiffusionProposer", "vllm_plugin.scheduler.LookaheadScheduler"
+    ),
+}
+SIZE_FIELDS = {
+    "diffusion_self": "num_speculative_tokens",
+    "jacobi": "block_size * num_blocks",
+    "wedlm": "window (2 x window)",
+    "diffusion": "block_size",
 }
 
 
 def num_speculative_tokens(method: str, config: Any) -> int:
-    """The most draft tokens one verify step of `method` carries."""
+    """The most draft tokens one step of `method` carries."""
     if method == "jacobi":
         return config.block_size * config.num_blocks
+    if method == "wedlm":
+        return 2 * config.window
+    if method == "diffusion":
+        return config.block_size - 1
     return config.num_speculative_tokens
 
 
@@ -62,8 +76,9 @@ def engine_config(settings: dict[str, Any]) -> tuple[str, Any]:
         )
     k = num_speculative_tokens(method, config)
     if k > MAX_SPEC_LEN:
-        field = "block_size * num_blocks" if method == "jacobi" else "num_speculative_tokens"
-        raise ConfigError(f"{field} must be at most {MAX_SPEC_LEN} (vLLM's rejection sampler limit), got {k}")
+        raise ConfigError(
+            f"{SIZE_FIELDS[method]} must give at most {MAX_SPEC_LEN} draft tokens per step (vLLM's limit), got {k}"
+        )
     return method, config
 
 

@@ -31,7 +31,9 @@ class JacobiProposer(PluginProposer):
         for req_id in finished_req_ids:
             self.requests.pop(req_id, None)
 
-    def observe_verify(self, runner: Any, logits: torch.Tensor, metadata: Any) -> None:
+    def before_sample(self, runner: Any, logits: torch.Tensor, metadata: Any) -> None:
+        if metadata is None:
+            return
         ends = metadata.cu_num_sampled_tokens.tolist()
         greedy = logits.argmax(-1).tolist()
         start = 0

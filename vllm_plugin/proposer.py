@@ -22,8 +22,8 @@ def request_sampling(params: Any) -> SamplingParams:
 class PluginProposer:
     """A `custom_class` proposer driven through `runner_hooks` with the model runner in hand.
 
-    Subclasses implement `draft` (called after each step's bookkeeping) and may implement `observe_verify`
-    (called with the verify logits before vLLM's rejection sampler).
+    Subclasses implement `draft` (called after each step's bookkeeping) and may implement `before_sample`
+    (called with the step's logits before vLLM's sampler, whose output it may replace).
     """
 
     def __init__(self, vllm_config: Any) -> None:
@@ -69,5 +69,13 @@ class PluginProposer:
         """Draft tokens per batch row, and the proposal probabilities [rows, k, vocab] when any row samples."""
         raise NotImplementedError
 
-    def observe_verify(self, runner: Any, logits: torch.Tensor, metadata: Any) -> None:
-        """See the verify forward's logits (rows laid out by `metadata`) before vLLM's rejection sampler."""
+    def before_sample(self, runner: Any, logits: torch.Tensor, metadata: Any) -> Any:
+        """See the step's logits (rows laid out by `metadata`, None without drafts) before vLLM samples.
+
+        Return None to let vLLM's sampler and rejection sampler decide, or a `SamplerOutput` holding the tokens
+        this step commits per request (methods whose commit rule is not rejection sampling).
+        """
+        return None
+
+    def positions(self, runner: Any, positions: torch.Tensor) -> None:
+        """Rewrite, in place, the RoPE positions of the step about to run (methods whose windows reorder)."""

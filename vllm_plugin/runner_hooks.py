@@ -1,8 +1,8 @@
-"""The two runner hooks our proposers need, installed only in a worker whose proposer is one of ours.
+"""The runner hooks our proposers need, installed only in a worker whose proposer is one of ours.
 
-vLLM's `custom_class` proposer sees neither the model runner nor the verify logits. These wrappers hand both
-to a `PluginProposer` and pass straight through for any other drafter, so an engine in the same process that
-uses another method behaves exactly as without the plugin.
+vLLM's `custom_class` proposer sees neither the model runner, nor the step's logits, nor its positions. These
+wrappers hand them to a `PluginProposer` and pass straight through for any other drafter, so an engine in the
+same process that uses another method behaves exactly as without the plugin.
 """
 
 import functools
@@ -24,6 +24,7 @@ def install() -> None:
 
     propose_draft_token_ids = GPUModelRunner.propose_draft_token_ids
     sample = GPUModelRunner._sample
+    model_forward = GPUModelRunner._model_forward
 
     @functools.wraps(propose_draft_token_ids)
     def propose_with_runner(self: Any, scheduler_output: Any, sampled_token_ids: Any, *args: Any, **kwargs: Any):
@@ -36,12 +37,22 @@ def install() -> None:
         return drafts
 
     @functools.wraps(sample)
-    def sample_observed(self: Any, logits: torch.Tensor | None, spec_decode_metadata: Any) -> Any:
+    def sample_committed(self: Any, logits: torch.Tensor | None, spec_decode_metadata: Any) -> Any:
         drafter = getattr(self, "drafter", None)
-        if isinstance(drafter, PluginProposer) and logits is not None and spec_decode_metadata is not None:
-            drafter.observe_verify(self, logits, spec_decode_metadata)
+        if isinstance(drafter, PluginProposer) and logits is not None:
+            output = drafter.before_sample(self, logits, spec_decode_metadata)
+            if output is not None:
+                return output
         return sample(self, logits, spec_decode_metadata)
 
+    @functools.wraps(model_forward)
+    def model_forward_positioned(self: Any, input_ids: Any = None, positions: Any = None, *args: Any, **kwargs: Any):
+        drafter = getattr(self, "drafter", None)
+        if isinstance(drafter, PluginProposer) and positions is not None:
+            drafter.positions(self, positions)
+        return model_forward(self, input_ids, positions, *args, **kwargs)
+
     GPUModelRunner.propose_draft_token_ids = propose_with_runner
-    GPUModelRunner._sample = sample_observed
+    GPUModelRunner._sample = sample_committed
+    GPUModelRunner._model_forward = model_forward_positioned
     _installed = True

@@ -15,3 +15,15 @@ class LookaheadScheduler(Scheduler):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.num_lookahead_tokens = self.num_spec_tokens + 1
+
+
+class WindowScheduler(Scheduler):
+    """No bonus token per step: a request's drafts are a window, and the step keeps only what the method commits.
+
+    vLLM's scheduler has this mode for diffusion models (it rolls back the uncommitted window and allows a step
+    that commits nothing); WeDLM steps need exactly that.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.num_sampled_tokens_per_step = 0

@@ -1,0 +1,112 @@
+"""Methods whose own rule commits tokens (WeDLM windows, NLD block diffusion) on vLLM's spec-decode data path.
+
+Each request keeps its `common/` decoder. The forward the decoder plans next rides on vLLM's scheduled
+draft tokens (its RoPE positions rewritten to the plan's logical ones); the decoder reads that forward's
+logits in place of vLLM's sampler and its committed tokens are the step's output. The decoders sample with
+their own seeded generators, so a seeded request gives the tokens `common.generate` gives.
+"""
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from common.decoder import Decoder, Limits
+from common.methods import make_decoder
+from common.window import Forward
+from vllm_plugin.proposer import PluginProposer, request_sampling
+
+
+@dataclass
+class CommitRequest:
+    decoder: Decoder
+    forward: Forward | None = None
+    pending: list[int] | None = None
+
+
+class CommitProposer(PluginProposer):
+    """The shared engine side; subclasses say what to draft for the decoder's next forward."""
+
+    method: str
+
+    def __init__(self, vllm_config: Any) -> None:
+        super().__init__(vllm_config)
+        self.requests: dict[str, CommitRequest] = {}
+
+    def forget(self, finished_req_ids: set[str]) -> None:
+        super().forget(finished_req_ids)
+        for req_id in finished_req_ids:
+            self.requests.pop(req_id, None)
+
+    def start(self, runner: Any, req_id: str) -> CommitRequest:
+        """A decoder for a request whose prompt has just been prefilled, seeded as `common.generate` seeds."""
+        request = runner.requests[req_id]
+        sampling = request_sampling(request.sampling_params)
+        limits = Limits(max_tokens=request.sampling_params.max_tokens)
+        decoder = make_decoder(self.method, self.config, list(request.prompt_token_ids), sampling, limits)
+        self.requests[req_id] = state = CommitRequest(decoder, decoder.next_forward())
+        return state
+
+    def positions(self, runner: Any, positions: torch.Tensor) -> None:
+        ends = runner.query_start_loc.np[1 : runner.input_batch.num_reqs + 1]
+        for req_id, end in zip(runner.input_batch.req_ids, ends, strict=True):
+            state = self.requests.get(req_id)
+            if state is not None and state.forward is not None and state.pending is None:
+                forward = state.forward
+                positions[int(end) - forward.num_tokens : int(end)] = forward.positions.to(positions.device)
+
+    def before_sample(self, runner: Any, logits: torch.Tensor, metadata: Any) -> Any:
+        from vllm.v1.outputs import SamplerOutput
+
+        batch = runner.input_batch
+        ends = metadata.cu_num_sampled_tokens.tolist() if metadata is not None else range(1, batch.num_reqs + 1)
+        queries = runner.query_start_loc.np[: batch.num_reqs + 1]
+        committed: list[list[int]] = []
+        start = 0
+        for row, (req_id, end) in enumerate(zip(batch.req_ids, ends, strict=True)):
+            scheduled = int(queries[row + 1] - queries[row])
+            state = self.requests.get(req_id)
+            if state is None:
+                request = runner.requests[req_id]
+                if request.num_computed_tokens + scheduled >= len(request.prompt_token_ids) and end - start == 1:
+                    state = self.start(runner, req_id)
+            committed.append([] if state is None else self.commit(state, logits[start:end], scheduled))
+            start = end
+        width = max(2, *(len(tokens) + 1 for tokens in committed))
+        out = torch.full((len(committed), width), -1, dtype=torch.int32)
+        for row, tokens in enumerate(committed):
+            out[row, : len(tokens)] = torch.tensor(tokens, dtype=torch.int32)
+        return SamplerOutput(sampled_token_ids=out.to(logits.device), logprobs_tensors=None)
+
+    def commit(self, state: CommitRequest, sampled: torch.Tensor, scheduled: int) -> list[int]:
+        """The tokens this step commits: the decoder digests its planned forward, whose last rows are `sampled`.
+
+        vLLM computes logits for a request's last `sampled` rows: all of a window's rows (WeDLM's, after one
+        row it does not own), the block's rows, or a prompt's last row.
+        """
+        if state.pending is not None:
+            tokens, state.pending, state.forward = state.pending, None, None
+            return tokens
+        forward, state.forward = state.forward, None
+        if state.decoder.forwards and forward.num_tokens != scheduled:
+            raise RuntimeError(f"vLLM scheduled {scheduled} of the {forward.num_tokens} tokens the window needs")
+        rows = forward.logit_rows - (forward.num_tokens - sampled.shape[0])
+        return state.decoder.apply(sampled[rows.to(sampled.device)].float().cpu()).committed
+
+    def draft(
+        self, runner: Any, scheduler_output: Any, sampled_token_ids: list[list[int]]
+    ) -> tuple[list[list[int]], None]:
+        self.forget(scheduler_output.finished_req_ids)
+        planned = [
+            (row, state)
+            for row, req_id in enumerate(runner.input_batch.req_ids)
+            if (state := self.requests.get(req_id)) is not None and not state.decoder.finished
+        ]
+        drafts: list[list[int]] = [[] for _ in runner.input_batch.req_ids]
+        for row, tokens in self.plan(runner, planned).items():
+            drafts[row] = tokens
+        return drafts, None
+
+    def plan(self, runner: Any, planned: list[tuple[int, CommitRequest]]) -> dict[int, list[int]]:
+        """Set each request's next `forward` and return the draft tokens vLLM must schedule, by batch row."""
+        raise NotImplementedError

@@ -1,0 +1,38 @@
+"""NLD block diffusion on vLLM: bidirectional reveal forwards over the paged prefix run between steps, then the
+revealed block is the step's draft and one causal forward commits it with its KV and gives the next seed.
+"""
+
+from typing import Any
+
+from common.window import Attention
+from vllm_plugin.commit import CommitProposer, CommitRequest
+from vllm_plugin.paged_forward import PagedWindow, run_windows
+
+
+class DiffusionProposer(CommitProposer):
+    method = "diffusion"
+
+    def plan(self, runner: Any, planned: list[tuple[int, CommitRequest]]) -> dict[int, list[int]]:
+        """Reveal every request's block, batching the requests still revealing, until each needs its commit."""
+        drafts: dict[int, list[int]] = {}
+        while planned:
+            revealing = []
+            for row, state in planned:
+                forward = state.decoder.next_forward()
+                if forward.attention is Attention.BIDIRECTIONAL:
+                    revealing.append((row, state, PagedWindow(row, state.decoder.cache_len, forward)))
+                else:
+                    state.forward = forward
+                    drafts[row] = forward.token_ids[1:].tolist()
+            if not revealing:
+                break
+            logits = run_windows(runner, [window for _, _, window in revealing]).float().cpu()
+            widths = [window.forward.logit_rows.numel() for _, _, window in revealing]
+            planned = []
+            for (row, state, _), rows in zip(revealing, logits.split(widths), strict=True):
+                committed = state.decoder.apply(rows).committed
+                if committed:
+                    state.pending = drafts[row] = committed
+                else:
+                    planned.append((row, state))
+        return drafts
