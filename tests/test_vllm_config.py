@@ -25,10 +25,16 @@ BAD = [
     ({"method": "jacobi", "spawn_ratio": 2}, "spawn_ratio"),
     ({"method": "jacobi", "pool_size": 4}, "pool_size"),
     ({"method": "jacobi", "denoise_steps": 4}, "denoise_steps"),
+    ({"method": "wedlm", "window": 65}, "window"),
+    ({"method": "wedlm", "window": 0}, "window"),
+    ({"method": "wedlm", "entropy_threshold": -0.5}, "entropy_threshold"),
+    ({"method": "wedlm", "distance_penalty": -1}, "distance_penalty"),
+    ({"method": "diffusion", "block_size": 130}, "block_size"),
+    ({"method": "diffusion", "confidence_threshold": 1.5}, "confidence_threshold"),
 ]
 
 
-@pytest.mark.parametrize(("spec", "field"), BAD, ids=[f for _, f in BAD])
+@pytest.mark.parametrize(("spec", "field"), BAD, ids=[f"{s['method']}-{f}" for s, f in BAD])
 def test_offline_refused_naming_field(engine_dir, spec, field):
     with pytest.raises(ConfigError, match=field), engine(engine_dir["qwen3"], spec):
         pass
@@ -46,10 +52,11 @@ def maskless(engine_dir, tmp_path_factory):
     return path
 
 
-def test_model_without_mask_token_refused(maskless):
-    with pytest.raises(ConfigError, match="mask_token_id"), engine(maskless, {"method": "diffusion_self"}):
+@pytest.mark.parametrize("method", ["diffusion_self", "wedlm", "diffusion"])
+def test_model_without_mask_token_refused(maskless, method):
+    with pytest.raises(ConfigError, match="mask_token_id"), engine(maskless, {"method": method}):
         pass
-    with engine(maskless, {"method": "diffusion_self", "mask_token_id": 1}) as llm:
+    with engine(maskless, {"method": method, "mask_token_id": 1}) as llm:
         assert llm.generate(["import os"], SamplingParams(temperature=0, max_tokens=4))[0].outputs[0].token_ids
 
 

@@ -1,5 +1,6 @@
-"""The OpenAI-compatible server with `diffusion_self` or `jacobi` answers 32 concurrent requests, streamed and
-not, exactly as vLLM without speculation (temperature 0, stop strings, stop tokens, max_tokens)."""
+"""The OpenAI-compatible server answers 32 concurrent requests, streamed and not, exactly as the offline engine:
+`diffusion_self` and `jacobi` as vLLM without speculation, `wedlm` and `diffusion` as the offline `LLM` with the
+same method (itself equal to `common/`'s reference); temperature 0, stop strings, stop tokens, max_tokens."""
 
 from concurrent.futures import ThreadPoolExecutor
 
@@ -16,14 +17,22 @@ from tests.test_vllm_lossless import MAX_TOKENS, STOP_AT
 SERVED = [
     {"method": "diffusion_self", "num_speculative_tokens": 4},
     {"method": "jacobi", "block_size": 4},
+    {"method": "wedlm", "window": 8, "entropy_threshold": 5.0},
+    {"method": "diffusion", "block_size": 8, "confidence_threshold": 0.1},
 ]
+LOSSLESS = {"diffusion_self", "jacobi"}
+
+
+@pytest.fixture(scope="module", params=SERVED, ids=[s["method"] for s in SERVED])
+def spec(request):
+    return request.param
 
 
 @pytest.fixture(scope="module")
-def cases(engine_dir, prompts):
-    """(prompt, request extras, expected text, expected completion tokens) from vLLM without speculation."""
+def cases(engine_dir, prompts, spec):
+    """(prompt, request extras, expected text, expected completion tokens) from the offline oracle engine."""
     greedy = SamplingParams(temperature=0, max_tokens=MAX_TOKENS)
-    with engine(engine_dir["qwen3"]) as llm:
+    with engine(engine_dir["qwen3"], None if spec["method"] in LOSSLESS else spec) as llm:
         first = llm.generate(prompts, greedy)
         requests = []
         for prompt, out in zip(prompts, first, strict=True):
@@ -42,10 +51,10 @@ def cases(engine_dir, prompts):
     ]
 
 
-@pytest.fixture(scope="module", params=SERVED, ids=[s["method"] for s in SERVED])
-def server(request, engine_dir, tmp_path_factory):
+@pytest.fixture(scope="module")
+def server(spec, engine_dir, tmp_path_factory):
     log = tmp_path_factory.mktemp("server") / "log.txt"
-    with vllm_server(engine_dir["qwen3"], request.param, log_path=log) as client:
+    with vllm_server(engine_dir["qwen3"], spec, log_path=log) as client:
         yield client
 
 

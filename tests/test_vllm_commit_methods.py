@@ -1,0 +1,98 @@
+"""vLLM with `wedlm` and `diffusion` returns exactly the tokens of `python -m common.generate` with the same
+method, config and seed, under greedy decoding and under sampling, with EOS, stop tokens and max_tokens inside a
+window, and reports WeDLM's p_cache and tokens per forward through its spec-decode counters."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.vllm_engine import engine  # isort: split
+
+from vllm import SamplingParams
+
+from common.checkpoint import load
+from common.decoder import Limits
+from common.methods import make_decoder, parse_config
+from common.runner import ReferenceRunner
+from common.sampling import SamplingParams as ReferenceSampling
+from tests.test_vllm_lossless import MAX_TOKENS, STOP_AT
+from vllm_plugin.metrics import acceptance
+
+SPECS = [
+    {"method": "wedlm", "window": 4, "entropy_threshold": 0.4, "distance_penalty": 0.02},
+    {"method": "wedlm", "window": 8, "entropy_threshold": 5.0, "distance_penalty": 0.02},
+    {"method": "diffusion", "block_size": 4, "confidence_threshold": 0.5},
+    {"method": "diffusion", "block_size": 8, "confidence_threshold": 0.1},
+]
+SEED = 7
+
+
+def settings(spec: dict) -> str:
+    return json.dumps({k: v for k, v in spec.items() if k != "method"})
+
+
+def reference(model_dir, spec: dict, prompts: list[str], tmp_path, temperature: float) -> list[list[int]]:
+    """`python -m common.generate` on the prompts (EOS from the checkpoint, one seed for every prompt)."""
+    prompts_file, out = tmp_path / "prompts.txt", tmp_path / "out.json"
+    prompts_file.write_text("\n".join(prompts) + "\n")
+    cmd = [sys.executable, "-m", "common.generate", "--model", str(model_dir), "--method", spec["method"],
+           "--config", settings(spec), "--max-tokens", str(MAX_TOKENS), "--temperature", str(temperature),
+           "--seed", str(SEED), "--prompts-file", str(prompts_file), "--json", str(out)]
+    subprocess.run(cmd, check=True, capture_output=True)
+    return [record["token_ids"] for record in json.loads(out.read_text())]
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0], ids=["greedy", "sampled"])
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: "-".join(f"{v}" for v in s.values()))
+def test_equals_reference_cli(engine_dir, prompts, tmp_path, spec, temperature):
+    expected = reference(engine_dir["qwen3"], spec, prompts, tmp_path, temperature)
+    params = SamplingParams(temperature=temperature, seed=SEED, max_tokens=MAX_TOKENS)
+    with engine(engine_dir["qwen3"], spec) as llm:
+        got = [list(o.outputs[0].token_ids) for o in llm.generate(prompts, params)]
+    assert got == expected
+
+
+@pytest.mark.parametrize("spec", [SPECS[1], SPECS[3]], ids=["wedlm", "diffusion"])
+def test_stops_inside_a_window(engine_dir, prompts, spec):
+    """EOS (a stop token from inside the output) and a small max_tokens end the request mid-window, as the
+    reference decoder does; the usage counts are the tokens returned."""
+    model, tokenizer = load(engine_dir["qwen3"])
+    config = parse_config(spec["method"], json.loads(settings(spec)), mask_token_id=model.config.mask_token_id)
+    runner = ReferenceRunner(model)
+    cases, params = [], []
+    for prompt in prompts[:16]:
+        ids = tokenizer.encode(prompt)
+        full = runner.run(make_decoder(spec["method"], config, ids, ReferenceSampling(), Limits(MAX_TOKENS)))
+        eos = full.token_ids[STOP_AT]
+        stopped = runner.run(make_decoder(spec["method"], config, ids, ReferenceSampling(), Limits(MAX_TOKENS, (eos,))))
+        short = runner.run(make_decoder(spec["method"], config, ids, ReferenceSampling(), Limits(7)))
+        cases += [(prompt, stopped.token_ids), (prompt, short.token_ids)]
+        params += [SamplingParams(temperature=0, max_tokens=MAX_TOKENS, stop_token_ids=[eos]),
+                   SamplingParams(temperature=0, max_tokens=7)]
+    with engine(engine_dir["qwen3"], spec) as llm:
+        outputs = llm.generate([prompt for prompt, _ in cases], params)
+    for (_, expected), out in zip(cases, outputs, strict=True):
+        assert list(out.outputs[0].token_ids) == expected
+        assert out.outputs[0].finish_reason in ("stop", "length")
+    assert any(len(expected) < MAX_TOKENS and len(expected) != 7 for _, expected in cases)
+
+
+def test_wedlm_p_cache_and_tokens_per_forward_in_metrics(engine_dir, prompts):
+    """vLLM's counters carry WeDLM's p_cache (accepted / draft tokens) and tokens per decode forward."""
+    spec = SPECS[1]
+    model, tokenizer = load(engine_dir["qwen3"])
+    config = parse_config("wedlm", json.loads(settings(spec)), mask_token_id=model.config.mask_token_id)
+    committed = rows = decode_forwards = 0
+    for prompt in prompts:
+        decoder = make_decoder("wedlm", config, tokenizer.encode(prompt), ReferenceSampling(), Limits(MAX_TOKENS))
+        ReferenceRunner(model).run(decoder)
+        committed += len(decoder.output) - decoder.prefill_tokens
+        rows += decoder.decode_rows
+        decode_forwards += decoder.forwards - 1
+    with engine(engine_dir["qwen3"], spec) as llm:
+        llm.generate(prompts, SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True))
+        stats = acceptance(llm)
+    assert (stats.num_accepted_tokens, stats.num_draft_tokens, stats.num_drafts) == (committed, rows, decode_forwards)
+    assert stats.num_accepted_tokens / stats.num_draft_tokens == pytest.approx(committed / rows)
