@@ -2,10 +2,11 @@
 
     python -m scripts.bench --engine vllm --model DIR --json OUT.json [--png OUT.png] [--max-tokens 64]
 
-Writes a list of records {engine, method, config, batch_size, tokens_per_second, tokens_per_forward,
-speedup, acceptance_length}. Tokens per forward counts every model forward a request takes part in: each
-target forward yields 1 + accepted tokens (so target forwards = tokens - accepted) and diffusion_self adds
-one draft forward per draft.
+Writes a list of records {engine, method, config, batch_size, tokens_per_second, tokens_per_forward, p_cache,
+speedup, acceptance_length}. Tokens per forward counts every model forward a request takes part in. For AR
+and ngram it comes from vLLM's counters (each target forward yields 1 + accepted tokens); for our methods from
+`common/`'s reference runner on the same prompts, whose decisions the engine path reproduces token for token
+(tested), since vLLM does not count our extra forwards (drafts, reveals). p_cache is WeDLM's eq. 4.
 """
 
 import argparse
@@ -20,6 +21,8 @@ METHODS = [
     ("ngram", {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3}),
     ("diffusion_self", {"method": "diffusion_self", "num_speculative_tokens": 8}),
     ("jacobi", {"method": "jacobi", "block_size": 8}),
+    ("wedlm", {"method": "wedlm", "window": 8, "entropy_threshold": 0.4, "distance_penalty": 0.02}),
+    ("diffusion", {"method": "diffusion", "block_size": 8, "confidence_threshold": 0.9}),
 ]
 PROMPTS = [
     "def wrap(text, width=70):", "import heapq\n", "class Formatter:", "    def __init__(self, ",
@@ -52,14 +55,35 @@ def run_vllm(model: str, spec: dict | None, batch_size: int, max_tokens: int, ro
         drafts = after.num_drafts - before.num_drafts
         accepted = after.num_accepted_tokens - before.num_accepted_tokens
     del llm
-    draft_forwards = drafts if spec and spec["method"] == "diffusion_self" else 0
     return {
         "tokens_per_second": tokens / seconds,
-        "tokens_per_forward": tokens / (tokens - accepted + draft_forwards),
+        "tokens_per_forward": tokens / (tokens - accepted),
+        "p_cache": None if spec else 1.0,
         "acceptance_length": 1 + accepted / drafts if drafts else 1.0,
         "tokens": tokens,
         "seconds": seconds,
     }
+
+
+def reference_costs(model_dir: str, spec: dict, max_tokens: int) -> dict:
+    """Tokens per forward and p_cache of one of our methods, from `common/`'s reference runner (greedy)."""
+    from common.checkpoint import load, resolve_mask_token_id
+    from common.decoder import Limits
+    from common.methods import make_decoder, needs_mask_token, parse_config
+    from common.runner import ReferenceRunner
+    from common.sampling import SamplingParams
+
+    model, tokenizer = load(model_dir)
+    settings = {k: v for k, v in spec.items() if k != "method"}
+    mask_id = resolve_mask_token_id(model.config, tokenizer) if needs_mask_token(spec["method"]) else None
+    config = parse_config(spec["method"], settings, mask_token_id=mask_id)
+    tokens = forwards = generated = rows = 0
+    for prompt in PROMPTS:
+        decoder = make_decoder(spec["method"], config, tokenizer.encode(prompt), SamplingParams(), Limits(max_tokens))
+        ReferenceRunner(model).run(decoder)
+        tokens, forwards = tokens + len(decoder.output), forwards + decoder.forwards
+        generated, rows = generated + len(decoder.output) - decoder.prefill_tokens, rows + decoder.decode_rows
+    return {"tokens_per_forward": tokens / forwards, "p_cache": generated / max(rows, 1)}
 
 
 def plot(records: list[dict], path: str) -> None:
@@ -100,14 +124,17 @@ def main() -> None:
         baseline = None
         for name, spec in tqdm([*METHODS], desc=f"batch {size}"):
             result = run_vllm(args.model, spec, size, args.max_tokens, args.rounds)
+            if spec is not None and spec["method"] != "ngram":
+                result.update(reference_costs(args.model, spec, args.max_tokens))
             baseline = baseline or result["tokens_per_second"]
             records.append({"engine": args.engine, "model": args.model, "method": name, "config": spec,
                             "batch_size": size, **result, "speedup": result["tokens_per_second"] / baseline})
     Path(args.json).write_text(json.dumps(records, indent=1))
-    print(f"{'method':<16}{'batch':>6}{'tok/s':>10}{'tok/fwd':>9}{'accept len':>11}{'speedup':>9}")
+    print(f"{'method':<16}{'batch':>6}{'tok/s':>10}{'tok/fwd':>9}{'p_cache':>9}{'accept len':>11}{'speedup':>9}")
     for r in records:
+        p_cache = "-" if r["p_cache"] is None else f"{r['p_cache']:.2f}"
         print(f"{r['method']:<16}{r['batch_size']:>6}{r['tokens_per_second']:>10.1f}{r['tokens_per_forward']:>9.2f}"
-              f"{r['acceptance_length']:>11.2f}{r['speedup']:>9.2f}")
+              f"{p_cache:>9}{r['acceptance_length']:>11.2f}{r['speedup']:>9.2f}")
     if args.png:
         plot(records, args.png)
 

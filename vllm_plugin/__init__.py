@@ -1,12 +1,14 @@
-"""vLLM adapter: `--speculative-config '{"method": "diffusion_self" | "jacobi", ...}'` through an installed plugin.
+"""vLLM adapter: `--speculative-config '{"method": "diffusion_self" | "jacobi" | "wedlm" | "diffusion", ...}'`.
 
-Only the front-end translation of `--speculative-config` is installed in every process; it passes every other
-method through untouched. The worker and scheduler pieces load only when one of our methods is selected.
+Installed in every process: the front-end translation of `--speculative-config` (every other method passes
+through untouched) and the WeDLM checkpoint names vLLM lacks. The worker and scheduler pieces load only when
+one of our methods is selected.
 """
 
 
 def register() -> None:
     """The `vllm.general_plugins` entry point: vLLM calls it once in every process it starts."""
-    from vllm_plugin.config import install
+    from vllm_plugin import checkpoints, config
 
-    install()
+    config.install()
+    checkpoints.register()
