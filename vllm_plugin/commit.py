@@ -27,8 +27,6 @@ class CommitRequest:
 class CommitProposer(PluginProposer):
     """The shared engine side; subclasses say what to draft for the decoder's next forward."""
 
-    method: str
-
     def __init__(self, vllm_config: Any) -> None:
         super().__init__(vllm_config)
         self.requests: dict[str, CommitRequest] = {}

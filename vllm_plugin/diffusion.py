@@ -10,8 +10,6 @@ from vllm_plugin.paged_forward import PagedWindow, run_windows
 
 
 class DiffusionProposer(CommitProposer):
-    method = "diffusion"
-
     def plan(self, runner: Any, planned: list[tuple[int, CommitRequest]]) -> dict[int, list[int]]:
         """Reveal every request's block, batching the requests still revealing, until each needs its commit."""
         drafts: dict[int, list[int]] = {}

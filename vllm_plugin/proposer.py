@@ -28,7 +28,8 @@ class PluginProposer:
 
     def __init__(self, vllm_config: Any) -> None:
         settings = vllm_config.additional_config[ADDITIONAL_CONFIG_KEY]
-        self.config = parse_config(settings["method"], settings["config"])
+        self.method: str = settings["method"]
+        self.config = parse_config(self.method, settings["config"])
         self.sampling: dict[str, SamplingParams] = {}
         self.generators: dict[str, torch.Generator] = {}
         runner_hooks.install()

@@ -11,8 +11,6 @@ from vllm_plugin.commit import CommitProposer, CommitRequest
 
 
 class WeDLMProposer(CommitProposer):
-    method = "wedlm"
-
     def plan(self, runner: Any, planned: list[tuple[int, CommitRequest]]) -> dict[int, list[int]]:
         drafts = {}
         for row, state in planned:
