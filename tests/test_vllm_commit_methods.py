@@ -7,10 +7,11 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from tests.vllm_engine import engine  # isort: split
 
-from vllm import SamplingParams
+from vllm import SamplingParams, TokensPrompt
 
 from common.checkpoint import load
 from common.decoder import Limits
@@ -18,6 +19,7 @@ from common.methods import make_decoder, parse_config
 from common.runner import ReferenceRunner
 from common.sampling import SamplingParams as ReferenceSampling
 from tests.test_vllm_lossless import MAX_TOKENS, STOP_AT
+from vllm_plugin.commit import CommitProposer
 from vllm_plugin.metrics import acceptance
 
 SPECS = [
@@ -96,3 +98,28 @@ def test_wedlm_p_cache_and_tokens_per_forward_in_metrics(engine_dir, prompts):
         stats = acceptance(llm)
     assert (stats.num_accepted_tokens, stats.num_draft_tokens, stats.num_drafts) == (committed, rows, decode_forwards)
     assert stats.num_accepted_tokens / stats.num_draft_tokens == pytest.approx(committed / rows)
+
+
+@pytest.mark.parametrize("spec", [SPECS[1], SPECS[3]], ids=["wedlm", "diffusion"])
+def test_committed_kv_equals_fresh_prefill(engine_dir, prompts, monkeypatch, spec):
+    """The KV a method committed, reused through vLLM's prefix cache, gives the logits of a fresh prefill."""
+    prefill_logits: dict[tuple[int, ...], torch.Tensor] = {}
+    commit = CommitProposer.commit
+
+    def spy(self, state, sampled, scheduled):
+        if state.decoder.forwards == 0:
+            prefill_logits[tuple(state.decoder.prompt)] = sampled[-1].float().cpu().clone()
+        return commit(self, state, sampled, scheduled)
+
+    monkeypatch.setattr(CommitProposer, "commit", spy)
+    with engine(engine_dir["qwen3"], spec) as llm:
+        outputs = llm.generate(prompts[:4], SamplingParams(temperature=0, max_tokens=80, ignore_eos=True))
+        sequences = [list(o.prompt_token_ids) + list(o.outputs[0].token_ids) for o in outputs]
+        llm.generate([TokensPrompt(prompt_token_ids=s) for s in sequences], SamplingParams(max_tokens=1))
+        hits = sum(m.value for m in llm.get_metrics() if m.name == "vllm:prefix_cache_hits")
+    assert hits >= 4 * 64
+    model, _ = load(engine_dir["qwen3"])
+    for sequence in sequences:
+        with torch.inference_mode():
+            fresh = model(input_ids=torch.tensor([sequence])).logits[0, -1]
+        torch.testing.assert_close(prefill_logits[tuple(sequence)], fresh, atol=2e-3, rtol=2e-3)
