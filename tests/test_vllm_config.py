@@ -60,13 +60,23 @@ def test_model_without_mask_token_refused(maskless, method):
         assert llm.generate(["import os"], SamplingParams(temperature=0, max_tokens=4))[0].outputs[0].token_ids
 
 
+def refused_at_cli(model, spec: dict) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
+           "--speculative-config", json.dumps(spec), "--enforce-eager", "--kv-cache-memory-bytes", str(64 << 20)]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env={**os.environ, "CI": "true"})
+
+
 def test_cli_refuses_bad_value_without_traceback(engine_dir):
-    spec = json.dumps({"method": "jacobi", "block_size": 0})
-    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(engine_dir["qwen3"]),
-           "--speculative-config", spec]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env={**os.environ, "CI": "true"})
+    done = refused_at_cli(engine_dir["qwen3"], {"method": "jacobi", "block_size": 0})
     assert done.returncode == 2
     assert "block_size must be a positive integer, got 0" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_cli_refuses_model_without_mask_token_without_traceback(maskless):
+    done = refused_at_cli(maskless, {"method": "diffusion_self"})
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1].startswith("error: mask_token_id is required")
     assert "Traceback" not in done.stderr
 
 

@@ -20,6 +20,9 @@ from common.methods import needs_mask_token, parse_config
 SUPPORTED_VLLM = ((0, 32), (0, 34))
 MAX_SPEC_LEN = 128
 ADDITIONAL_CONFIG_KEY = "parallel_decoding"
+# Set once the command line named one of our methods: a refusal found later (the mask token, which needs the
+# checkpoint) then ends the process with a message as argparse's do; the offline API keeps raising ConfigError.
+_cli = {"named_ours": False}
 
 
 @dataclass(frozen=True)
@@ -118,7 +121,12 @@ def translate(engine_args: Any, model_config: Any) -> None:
     check_vllm_version(vllm.__version__)
     method, config = engine_config(engine_args.speculative_config)
     if needs_mask_token(method):
-        config = resolve_mask(config, model_config)
+        try:
+            config = resolve_mask(config, model_config)
+        except ConfigError as err:
+            if _cli["named_ours"]:
+                raise SystemExit(f"error: {err}") from None
+            raise
     target = METHODS[method]
     if target.scheduler is not None:
         if engine_args.scheduler_cls not in (None, target.scheduler):
@@ -145,6 +153,7 @@ def checked(parse: Callable[[str], Any]) -> Callable[[str], Any]:
     def parse_checked(text: str) -> Any:
         value = parse(text)
         if is_ours(value):
+            _cli["named_ours"] = True
             try:
                 engine_config(value)
             except ConfigError as err:
