@@ -44,14 +44,22 @@ def eos_token_ids(model: PreTrainedModel, tokenizer: Any) -> tuple[int, ...]:
     return tuple(ids)
 
 
+NLD_MODEL_TYPE = "nemotron_labs_diffusion"
+# NLD names its Ministral3 decoder `encoder` and its one (untied) output head `diffusion_head`.
+NLD_WEIGHT_NAMES = {r"^encoder\.": "model.", r"^diffusion_head\.": "lm_head."}
+
+
 def stock_model_type(config: dict[str, Any]) -> str | None:
     """The stock transformers family whose weights a remote-code checkpoint shares, if we know one.
 
     WeDLM (`WeDLMForCausalLM`, model_type `wedlm`) keeps Qwen weights unchanged: Qwen2.5-shaped (qkv bias) for
-    WeDLM-7B, Qwen3-shaped (q/k norm, no bias) for WeDLM-8B.
+    WeDLM-7B, Qwen3-shaped (q/k norm, no bias) for WeDLM-8B. NLD (`NemotronLabsDiffusionModel`) is Ministral3
+    (YaRN, llama-4 query scaling) under other weight names (`NLD_WEIGHT_NAMES`).
     """
     if config.get("model_type") == "wedlm":
         return "qwen2" if config.get("attention_bias") or config.get("qkv_bias") else "qwen3"
+    if config.get("model_type") == NLD_MODEL_TYPE:
+        return "ministral3"
     return None
 
 
@@ -70,5 +78,7 @@ def load(
     if stock is not None:
         fields = {k: v for k, v in raw.items() if k not in ("model_type", "architectures", "auto_map")}
         kwargs["config"] = AutoConfig.for_model(stock, **fields)
+        if raw.get("model_type") == NLD_MODEL_TYPE:
+            kwargs["key_mapping"] = NLD_WEIGHT_NAMES
     model = AutoModelForCausalLM.from_pretrained(model_dir, **kwargs)
     return model.to(device).eval(), tokenizer

@@ -1,8 +1,8 @@
 """Nemotron-Labs-Diffusion block diffusion (seed 001, section 3.2).
 
 Per block `[seed, mask x (B-1)]`: bidirectional forwards over the cached prefix (KV not kept) reveal the
-most confident mask plus every mask whose confidence reaches tau (shifted logits: row j-1 predicts slot
-j); once the block is revealed one causal forward writes its KV and its last row gives the next seed.
+most confident mask plus every mask whose confidence reaches tau (a slot's logit row per the checkpoint's
+`dlm_type`); once the block is revealed one causal forward writes its KV and its last row gives the next seed.
 """
 
 from dataclasses import dataclass
@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import torch
 
 from common.decoder import Decoder, Limits
+from common.draft_layout import DLM_TYPES, draft_rows
 from common.errors import require, require_mask_token
 from common.sampling import SamplingParams, choose, without_token
 from common.window import Attention, Forward, Outcome, causal_forward
@@ -17,9 +18,12 @@ from common.window import Attention, Forward, Outcome, causal_forward
 
 @dataclass(frozen=True)
 class DiffusionConfig:
+    """Blocks of `block_size` (seed included); `dlm_type` as in `common.draft_layout` (unset: the checkpoint's)."""
+
     block_size: int = 32
     confidence_threshold: float = 0.9
     mask_token_id: int | None = None
+    dlm_type: str | None = None
 
     def __post_init__(self) -> None:
         require(isinstance(self.block_size, int) and self.block_size >= 2, "block_size", "an integer >= 2",
@@ -27,6 +31,8 @@ class DiffusionConfig:
         require(0 < self.confidence_threshold <= 1, "confidence_threshold", "in (0, 1]", self.confidence_threshold)
         require(self.mask_token_id is None or self.mask_token_id >= 0, "mask_token_id", "a token id >= 0",
                 self.mask_token_id)
+        require(self.dlm_type is None or self.dlm_type in DLM_TYPES, "dlm_type", f"one of {list(DLM_TYPES)}",
+                self.dlm_type)
 
 
 def reveal(logits: torch.Tensor, masked: torch.Tensor, threshold: float, mask_token_id: int,
@@ -63,7 +69,7 @@ class DiffusionDecoder(Decoder):
             return Forward(
                 token_ids=self.block.clone(),
                 positions=torch.arange(start, start + n),
-                logit_rows=torch.arange(n - 1),
+                logit_rows=draft_rows(n - 1, self.config.dlm_type),
                 attention=Attention.BIDIRECTIONAL,
             )
         return causal_forward(self.block.tolist(), start, [self.block.numel() - 1])

@@ -1,8 +1,9 @@
 """Nemotron-Labs-Diffusion linear self-speculation: a bidirectional draft pass, then a causal verify pass.
 
 Draft: `[seed, mask x k]` with bidirectional attention inside the block over the cached prefix, KV not
-kept, shifted logits (row j-1 drafts slot j), mask token never drafted. Verify: `[seed, drafts]` causal;
-exact match plus bonus when greedy, speculative rejection sampling with the draft's probabilities otherwise.
+kept, slots read on the rows the checkpoint's `dlm_type` says, mask token never drafted. Verify:
+`[seed, drafts]` causal; exact match plus bonus when greedy, speculative rejection sampling with the
+draft's probabilities otherwise.
 """
 
 from dataclasses import dataclass
@@ -11,6 +12,7 @@ import torch
 
 from common.acceptance import verify
 from common.decoder import Decoder, Limits
+from common.draft_layout import DLM_TYPES, draft_rows
 from common.errors import require, require_mask_token
 from common.sampling import SamplingParams, target_probs, without_token
 from common.window import Attention, Forward, Outcome, causal_forward
@@ -20,17 +22,21 @@ DRAFT_ADAPTER = "draft"
 
 @dataclass(frozen=True)
 class DiffusionSelfConfig:
-    """`num_speculative_tokens` masks drafted per step; `draft_adapter` names a LoRA used only when drafting."""
+    """`num_speculative_tokens` masks drafted per step; `draft_adapter` names a LoRA used only when drafting;
+    `dlm_type` says which logit row drafts a slot (see `common.draft_layout`; unset: the checkpoint's)."""
 
     num_speculative_tokens: int = 31
     mask_token_id: int | None = None
     draft_adapter: str | None = None
+    dlm_type: str | None = None
 
     def __post_init__(self) -> None:
         k = self.num_speculative_tokens
         require(isinstance(k, int) and k >= 1, "num_speculative_tokens", "a positive integer", k)
         require(self.mask_token_id is None or self.mask_token_id >= 0, "mask_token_id", "a token id >= 0",
                 self.mask_token_id)
+        require(self.dlm_type is None or self.dlm_type in DLM_TYPES, "dlm_type", f"one of {list(DLM_TYPES)}",
+                self.dlm_type)
 
 
 def draft_distribution(logits: torch.Tensor, mask_token_id: int, params: SamplingParams) -> torch.Tensor:
@@ -44,11 +50,11 @@ def draft_width(num_speculative_tokens: int, remaining: int) -> int:
 
 
 def draft_window(seed: int, seed_position: int, width: int, config: DiffusionSelfConfig) -> Forward:
-    """The draft forward: `[seed, mask x width]` from the seed's position, bidirectional, rows 0..width-1 shifted."""
+    """The draft forward: `[seed, mask x width]` from the seed's position, bidirectional, one logit row per mask."""
     return Forward(
         token_ids=torch.tensor([seed] + [config.mask_token_id] * width),
         positions=torch.arange(seed_position, seed_position + width + 1),
-        logit_rows=torch.arange(width),
+        logit_rows=draft_rows(width, config.dlm_type),
         attention=Attention.BIDIRECTIONAL,
         adapter=DRAFT_ADAPTER if config.draft_adapter else None,
     )

@@ -16,6 +16,7 @@ import torch
 from common.checkpoint import eos_token_ids, load, resolve_mask_token_id
 from common.decoder import Limits
 from common.diffusion_self import DRAFT_ADAPTER
+from common.draft_layout import resolve_dlm_type
 from common.errors import ConfigError
 from common.lora import LoRA
 from common.methods import METHODS, make_decoder, needs_mask_token, parse_config
@@ -69,6 +70,10 @@ def main(argv: list[str] | None = None) -> None:
         except ConfigError as err:
             sys.exit(f"error: {err}")
         config = dataclasses.replace(config, mask_token_id=mask_id)
+    try:
+        config = resolve_dlm_type(config, model.config)
+    except ConfigError as err:
+        sys.exit(f"error: {err}")
     limits = dataclasses.replace(limits, eos_token_ids=eos_token_ids(model, tokenizer))
     adapters = {}
     if getattr(config, "draft_adapter", None):

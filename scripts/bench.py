@@ -69,6 +69,7 @@ def reference_costs(model_dir: str, spec: dict, max_tokens: int) -> dict:
     """Tokens per forward and p_cache of one of our methods, from `common/`'s reference runner (greedy)."""
     from common.checkpoint import load, resolve_mask_token_id
     from common.decoder import Limits
+    from common.draft_layout import resolve_dlm_type
     from common.methods import make_decoder, needs_mask_token, parse_config
     from common.runner import ReferenceRunner
     from common.sampling import SamplingParams
@@ -76,7 +77,7 @@ def reference_costs(model_dir: str, spec: dict, max_tokens: int) -> dict:
     model, tokenizer = load(model_dir)
     settings = {k: v for k, v in spec.items() if k != "method"}
     mask_id = resolve_mask_token_id(model.config, tokenizer) if needs_mask_token(spec["method"]) else None
-    config = parse_config(spec["method"], settings, mask_token_id=mask_id)
+    config = resolve_dlm_type(parse_config(spec["method"], settings, mask_token_id=mask_id), model.config)
     tokens = forwards = generated = rows = 0
     for prompt in PROMPTS:
         decoder = make_decoder(spec["method"], config, tokenizer.encode(prompt), SamplingParams(), Limits(max_tokens))

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from common.checkpoint import eos_token_ids, load, resolve_mask_token_id
 from common.decoder import Limits
+from common.draft_layout import resolve_dlm_type
 from common.methods import make_decoder, parse_config
 from common.runner import ReferenceRunner
 from common.sampling import SamplingParams
@@ -56,7 +57,7 @@ def report(path: Path, methods: list[tuple[str, dict]], max_tokens: int) -> None
     print(f"{'method':<72} {'tokens':>6} {'fwd':>5} {'tok/fwd':>8} {'p_cache':>8} {'= AR':>6}")
     reference: dict[str, list[int]] = {}
     for method, settings in [("ar", {}), *methods]:
-        config = parse_config(method, settings, mask_token_id=mask_id)
+        config = resolve_dlm_type(parse_config(method, settings, mask_token_id=mask_id), model.config)
         tokens = forwards = 0
         agree = cache_rate = 0.0
         for prompt in PROMPTS:

@@ -1,4 +1,5 @@
-"""Build small random HF checkpoints (Qwen3, Qwen2, Llama, Mistral) with a byte-level BPE tokenizer and a mask token.
+"""Small random HF checkpoints (Qwen3, Qwen2, Llama, Mistral, Ministral3) with a byte-level BPE tokenizer and a mask
+token, plus copies dressed as WeDLM and Nemotron-Labs-Diffusion checkpoints ship.
 
 Deterministic (fixed seeds, tokenizer trained on a fixed list of standard-library sources) and offline.
 Weights use a wide init (std 0.3) so the top two logits sit far apart and greedy comparisons across
@@ -14,10 +15,13 @@ import sysconfig
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import (
     LlamaConfig,
     LlamaForCausalLM,
+    Ministral3Config,
+    Ministral3ForCausalLM,
     MistralConfig,
     MistralForCausalLM,
     PreTrainedTokenizerFast,
@@ -32,7 +36,13 @@ FAMILIES = {
     "qwen2": (Qwen2Config, Qwen2ForCausalLM),
     "llama": (LlamaConfig, LlamaForCausalLM),
     "mistral": (MistralConfig, MistralForCausalLM),
+    "ministral3": (Ministral3Config, Ministral3ForCausalLM),
 }
+# NLD's RoPE (YaRN factor 16, llama-4 query scaling) with the original context cut to 32 positions, so that the
+# scaling, 1 + 0.1 log(1 + floor(pos / 32)), already changes the queries of short test sequences.
+NLD_ROPE = {"rope_type": "yarn", "rope_theta": 1e6, "factor": 16.0, "original_max_position_embeddings": 32,
+            "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0, "llama_4_scaling_beta": 0.1}
+FAMILY_FIELDS = {"ministral3": {"rope_parameters": NLD_ROPE, "max_position_embeddings": 512}}
 SPECIAL_TOKENS = ["<|endoftext|>", "<|mask|>"]
 CORPUS_FILES = ["textwrap.py", "string.py", "heapq.py", "bisect.py", "fnmatch.py", "shlex.py", "calendar.py"]
 INIT_STD = 0.3
@@ -69,11 +79,11 @@ def build_model(family: str, vocab_size: int, mask_token_id: int, eos_token_id: 
         num_attention_heads=4,
         num_key_value_heads=2,
         head_dim=hidden_size // 4,
-        max_position_embeddings=2048,
         tie_word_embeddings=False,
         eos_token_id=eos_token_id,
         bos_token_id=None,
         pad_token_id=eos_token_id,
+        **FAMILY_FIELDS.get(family, {"max_position_embeddings": 2048}),
     )
     config.mask_token_id = mask_token_id
     torch.manual_seed(seed)
@@ -106,8 +116,33 @@ def as_wedlm(source: Path, target: Path) -> Path:
     return target
 
 
+def as_nld(source: Path, target: Path) -> Path:
+    """A Ministral3 checkpoint copied and dressed as Nemotron-Labs-Diffusion ships: `NemotronLabsDiffusionModel`,
+    model_type `nemotron_labs_diffusion`, auto_map, weights under `encoder.` and `diffusion_head.`, block size 32."""
+    source, target = Path(source), Path(target)
+    shutil.copytree(source, target, dirs_exist_ok=True)
+    config = json.loads((target / "config.json").read_text())
+    config.update(
+        architectures=["NemotronLabsDiffusionModel"],
+        model_type="nemotron_labs_diffusion",
+        auto_map={
+            "AutoConfig": "configuration_nemotron_labs_diffusion.NemotronLabsDiffusionConfig",
+            "AutoModel": "modeling_nemotron_labs_diffusion.NemotronLabsDiffusionModel",
+        },
+        block_size=32,
+        dlm_paradigm="bidirectional",
+        dlm_type="llada",
+    )
+    (target / "config.json").write_text(json.dumps(config, indent=2))
+    weights = load_file(target / "model.safetensors")
+    renamed = {name.replace("model.", "encoder.", 1).replace("lm_head.", "diffusion_head.", 1): tensor
+               for name, tensor in weights.items()}
+    save_file(renamed, target / "model.safetensors", metadata={"format": "pt"})
+    return target
+
+
 def make_all(outdir: str | Path, hidden_size: int = 64) -> dict[str, Path]:
-    """Write every family's checkpoint under `outdir/<family>`, plus a WeDLM-style one; return their paths.
+    """Write every family's checkpoint under `outdir/<family>`, plus WeDLM- and NLD-style ones; return their paths.
 
     Engines' CPU attention kernels need a head size of at least 32: `hidden_size` 128 gives that.
     """
@@ -122,6 +157,7 @@ def make_all(outdir: str | Path, hidden_size: int = 64) -> dict[str, Path]:
         tokenizer.save_pretrained(path)
         paths[family] = path
     paths["wedlm"] = as_wedlm(paths["qwen3"], Path(outdir) / "wedlm")
+    paths["nld"] = as_nld(paths["ministral3"], Path(outdir) / "nld")
     return paths
 
 

@@ -2,7 +2,7 @@
 
 Two objectives, each added to the plain next-token loss:
 - `nld`: Nemotron-Labs-Diffusion block diffusion. A block `[seed, x or mask ...]` attends bidirectionally to
-  itself over the causal clean prefix; row j-1 predicts slot j (shifted), as `diffusion` and `diffusion_self` read.
+  itself over the causal clean prefix; a mask row predicts its own slot (`dlm_type: llada`, as NLD ships).
 - `wedlm`: WeDLM topological reordering. Filled slots of a partially masked block come first, masks after, all
   at their logical positions under causal attention; a mask row predicts its own token, as `wedlm` reads.
 
@@ -41,7 +41,7 @@ def block_batch(x: torch.Tensor, start: int, mask_id: int, objective: str, gen: 
         n = start + BLOCK
         visible = torch.ones(n, n, dtype=torch.bool).tril()
         visible[start:, start:] = True
-        rows = torch.arange(start, start + BLOCK - 1)
+        rows = torch.arange(start + 1, start + BLOCK)
         return torch.cat([x[:, :start], block], 1), torch.arange(n).expand(batch, n), visible, rows, masked[:, 1:], \
             x[:, start + 1 : start + BLOCK]
     order = torch.argsort(masked.long(), dim=1, stable=True)
@@ -86,6 +86,8 @@ def train(objective: str, steps: int, seed: int = 0) -> tuple[torch.nn.Module, P
 
 def save(model: torch.nn.Module, tokenizer: PreTrainedTokenizerFast, path: Path, objective: str) -> Path:
     """Write the checkpoint; a WeDLM-objective one is dressed the way WeDLM checkpoints ship."""
+    if objective == "nld":
+        model.config.dlm_type = "llada"
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     if objective == "wedlm":

@@ -54,8 +54,11 @@ def wedlm(model, prompt, mask_id, window, tau, lam, max_tokens, eos=()):
             slots[m] = int(logits[row[m + lead]].argmax())
 
 
-def block_diffusion(model, prompt, mask_id, block, tau, max_tokens, eos=()):
-    """NLD block diffusion (seed 001, sec. 3.2), greedy, shifted logits, recomputing everything each step."""
+def block_diffusion(model, prompt, mask_id, block, tau, max_tokens, eos=(), shifted=False):
+    """NLD block diffusion (seed 001, sec. 3.2), greedy, recomputing everything each step.
+
+    A mask row predicts its own slot (NLD's `llada` checkpoints), or the next one when `shifted` (`dream`).
+    """
     seq = list(prompt)
     seq.append(int(forward(model, seq, list(range(len(seq))), causal(len(seq)))[-1].argmax()))
     while True:
@@ -70,7 +73,8 @@ def block_diffusion(model, prompt, mask_id, block, tau, max_tokens, eos=()):
             n = len(prefix) + len(blk)
             visible = causal(n)
             visible[len(prefix) :, len(prefix) :] = True
-            logits = forward(model, prefix + blk, list(range(n)), visible)[len(prefix) : n - 1].clone()
+            first = len(prefix) + (0 if shifted else 1)
+            logits = forward(model, prefix + blk, list(range(n)), visible)[first : first + len(blk) - 1].clone()
             logits[:, mask_id] = NEG
             conf, cand = logits.softmax(-1).max(-1)
             conf = torch.where(torch.tensor(masked[1:]), conf, torch.tensor(-1.0))

@@ -40,16 +40,18 @@ def test_wedlm_equals_naive(tiny, prompts, window, tau, lam):
         assert parallel_steps == 12
 
 
+@pytest.mark.parametrize("dlm_type", ["llada", "dream"])
 @pytest.mark.parametrize(("block", "tau"), DIFFUSION)
-def test_block_diffusion_equals_naive(tiny, prompts, block, tau):
+def test_block_diffusion_equals_naive(tiny, prompts, block, tau, dlm_type):
     model, tokenizer = tiny
     for prompt in prompts[:12]:
         ids = tokenizer.encode(prompt)
-        settings = {"block_size": block, "confidence_threshold": tau}
+        settings = {"block_size": block, "confidence_threshold": tau, "dlm_type": dlm_type}
         got, _ = decode(model, "diffusion", settings, ids)
         mask = model.config.mask_token_id
-        assert got == naive_algorithms.block_diffusion(model, ids, mask, block, tau, MAX_TOKENS)
+        shifted = dlm_type == "dream"
+        assert got == naive_algorithms.block_diffusion(model, ids, mask, block, tau, MAX_TOKENS, shifted=shifted)
         eos = (got[6],)
         assert decode(model, "diffusion", settings, ids, eos)[0] == naive_algorithms.block_diffusion(
-            model, ids, mask, block, tau, MAX_TOKENS, eos
+            model, ids, mask, block, tau, MAX_TOKENS, eos, shifted=shifted
         )

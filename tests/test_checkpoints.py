@@ -52,3 +52,15 @@ def test_cli_decodes_wedlm_checkpoint_with_tokenizer_mask(tiny_dir, prompts, tmp
         assert "custom code" not in proc.stdout + proc.stderr  # never asks to trust the checkpoint's code
         outputs.append([r["token_ids"] for r in json.loads(out.read_text())])
     assert outputs[0] == outputs[1]
+
+
+def test_nld_checkpoint_loads_as_ministral3(tiny_dir, prompts):
+    """NLD as shipped (`encoder.*`, `diffusion_head`) loads into stock Ministral3 and equals its twin, llama-4 query
+    scaling included (the tiny RoPE's original context is 32 positions, the prompt longer)."""
+    reference, tokenizer = load(tiny_dir / "ministral3")
+    model, _ = load(tiny_dir / "nld")
+    assert type(model).__name__ == "Ministral3ForCausalLM"
+    assert (model.config.mask_token_id, model.config.dlm_type) == (reference.config.mask_token_id, "llada")
+    ids = tokenizer.encode(" ".join(prompts[:3]))
+    assert len(ids) > 64
+    torch.testing.assert_close(logits(model, ids), logits(reference, ids), rtol=0, atol=0)

@@ -11,6 +11,7 @@ import pytest
 
 from common.checkpoint import resolve_mask_token_id
 from common.decoder import Limits
+from common.draft_layout import resolve_dlm_type
 from common.errors import ConfigError
 from common.methods import make_decoder, parse_config
 from common.sampling import SamplingParams
@@ -74,6 +75,21 @@ def test_mask_token_resolution_order():
         resolve_mask_token_id(SimpleNamespace(vocab_size=100), SimpleNamespace(mask_token_id=None))
     with pytest.raises(ConfigError, match=r"\[0, 100\)"):
         resolve_mask_token_id(config, tokenizer, 100)
+
+
+def test_dlm_type_resolution_order():
+    """The method config's dlm_type, else the checkpoint's, else NLD's default; unknown values named."""
+    config = parse_config("diffusion", {}, mask_token_id=3)
+    assert resolve_dlm_type(config, SimpleNamespace(dlm_type="dream")).dlm_type == "dream"
+    assert resolve_dlm_type(config, SimpleNamespace()).dlm_type == "llada"
+    explicit = parse_config("diffusion_self", {"dlm_type": "dream"})
+    assert resolve_dlm_type(explicit, SimpleNamespace(dlm_type="llada")).dlm_type == "dream"
+    jacobi = parse_config("jacobi", {})
+    assert resolve_dlm_type(jacobi, SimpleNamespace(dlm_type="llada")) is jacobi
+    with pytest.raises(ConfigError, match=r"dlm_type must be one of \['llada', 'dream'\], got 'mdm'"):
+        parse_config("diffusion", {"dlm_type": "mdm"})
+    with pytest.raises(ConfigError, match="model config's dlm_type"):
+        resolve_dlm_type(config, SimpleNamespace(dlm_type="mdm"))
 
 
 def test_cli_refuses_model_without_mask_token(tiny_dir, tmp_path):

@@ -20,6 +20,7 @@ LOSSLESS = [
     ("jacobi", {"block_size": 3, "num_blocks": 1, "pool_size": 16, "verification_size": 8}),
     ("diffusion_self", {"num_speculative_tokens": 1}),
     ("diffusion_self", {"num_speculative_tokens": 4}),
+    ("diffusion_self", {"num_speculative_tokens": 4, "dlm_type": "dream"}),
     ("diffusion_self", {"num_speculative_tokens": 16}),
     ("diffusion_self", {"num_speculative_tokens": 31}),
 ]

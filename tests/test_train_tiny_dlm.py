@@ -12,7 +12,7 @@ def batch(objective: str):
     return x, block_batch(x, START, MASK, objective, torch.Generator().manual_seed(0))
 
 
-def test_nld_block_is_bidirectional_and_shifted():
+def test_nld_block_is_bidirectional_and_predicts_own_slot():
     x, (ids, positions, visible, rows, masked, targets) = batch("nld")
     assert torch.equal(ids[:, :START], x[:, :START]) and torch.equal(positions[0], torch.arange(START + BLOCK))
     assert visible[START:, START:].all() and not visible[:START, START:].any()
@@ -20,7 +20,7 @@ def test_nld_block_is_bidirectional_and_shifted():
     block = ids[:, START : START + BLOCK]
     assert torch.equal(block[:, 0], x[:, START])  # the seed is never masked
     assert torch.equal(block[:, 1:] == MASK, masked)
-    assert torch.equal(rows, torch.arange(START, START + BLOCK - 1))  # row j-1 predicts slot j
+    assert torch.equal(rows, torch.arange(START + 1, START + BLOCK))  # row j predicts slot j (llada)
     assert torch.equal(targets, x[:, START + 1 : START + BLOCK])
 
 

@@ -1,5 +1,5 @@
-"""WeDLM checkpoints as shipped (`WeDLMForCausalLM`, model_type `wedlm`, `auto_map`, `mask_token_id: null`, no
-remote code needed) serve under vLLM in both shapes and decode exactly as the reference runner."""
+"""Checkpoints as shipped serve under vLLM without their remote code and decode exactly as the reference runner:
+WeDLM (`WeDLMForCausalLM`, `auto_map`, `mask_token_id: null`) in both shapes, NLD (`NemotronLabsDiffusionModel`)."""
 
 import json
 
@@ -11,12 +11,14 @@ from vllm import SamplingParams
 
 from common.checkpoint import load, resolve_mask_token_id
 from common.decoder import Limits
+from common.draft_layout import resolve_dlm_type
 from common.methods import make_decoder, parse_config
 from common.runner import ReferenceRunner
 from common.sampling import SamplingParams as ReferenceSampling
 from scripts.make_tiny_models import as_wedlm
 from tests.test_vllm_lossless import MAX_TOKENS
 
+NLD_TOKENS = 40
 SPEC = {"method": "wedlm", "window": 8, "entropy_threshold": 5.0, "distance_penalty": 0.02}
 
 
@@ -48,3 +50,36 @@ def test_wedlm_checkpoint_equals_reference(wedlm_dir, prompts):
     assert got == expected
     shape = json.loads((wedlm_dir / "config.json").read_text())["attention_bias"]
     assert architecture == ("Qwen2ForCausalLM" if shape else "WeDLMForCausalLM")
+
+
+NLD_SPECS = [
+    None,
+    {"method": "diffusion_self", "num_speculative_tokens": 6},
+    {"method": "diffusion", "block_size": 8, "confidence_threshold": 0.3},
+]
+
+
+@pytest.mark.parametrize("spec", NLD_SPECS, ids=["ar", "diffusion_self", "diffusion"])
+def test_nld_checkpoint_equals_reference(engine_dir, prompts, spec):
+    """NLD as shipped serves under vLLM (its Mistral model, YaRN and llama-4 query scaling past position 32) and
+    decodes as the reference runner on the stock Ministral3 class: greedy AR for AR and the lossless
+    `diffusion_self`, the same `diffusion` (with the checkpoint's `dlm_type`) for block diffusion."""
+    nld = engine_dir["nld"]
+    model, tokenizer = load(nld)
+    method = spec["method"] if spec else "ar"
+    settings = {k: v for k, v in (spec or {}).items() if k != "method"}
+    reference_method = "ar" if method == "diffusion_self" else method  # lossless: equals greedy AR
+    config = resolve_dlm_type(parse_config(reference_method, {} if reference_method == "ar" else settings,
+                                           mask_token_id=model.config.mask_token_id), model.config)
+    runner = ReferenceRunner(model)
+    expected = [
+        runner.run(make_decoder(reference_method, config, tokenizer.encode(p), ReferenceSampling(),
+                                Limits(NLD_TOKENS))).token_ids
+        for p in prompts
+    ]
+    with engine(nld, spec) as llm:
+        architecture = type(llm.llm_engine.model_executor.driver_worker.worker.model_runner.model).__name__
+        got = [list(o.outputs[0].token_ids) for o in llm.generate(prompts, SamplingParams(
+            temperature=0, max_tokens=NLD_TOKENS, ignore_eos=True))]
+    assert architecture == "NemotronLabsDiffusionForCausalLM"
+    assert got == expected

@@ -1,11 +1,17 @@
-"""Make WeDLM checkpoints loadable without their remote code: `model_type: wedlm`, `WeDLMForCausalLM`.
+"""Make WeDLM and Nemotron-Labs-Diffusion checkpoints loadable without their remote code.
 
-WeDLM keeps Qwen weights unchanged: Qwen2.5-shaped with qkv bias (WeDLM-7B) or Qwen3-shaped with q/k norm
-(WeDLM-8B). The registration is additive: vLLM knows neither name, so nothing it served before changes.
+WeDLM (`WeDLMForCausalLM`, model_type `wedlm`) keeps Qwen weights unchanged: Qwen2.5-shaped with qkv bias (WeDLM-7B)
+or Qwen3-shaped with q/k norm (WeDLM-8B). NLD (`NemotronLabsDiffusionModel`, model_type `nemotron_labs_diffusion`)
+is Ministral3 under other weight names. The registration is additive: vLLM knows none of these names, so nothing it
+served before changes.
 """
 
-from transformers import AutoConfig, Qwen3Config
+from typing import Any
+
+from transformers import AutoConfig, Ministral3Config, Qwen3Config
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+from common.checkpoint import NLD_MODEL_TYPE
 
 
 class WeDLMConfig(Qwen3Config):
@@ -14,10 +20,27 @@ class WeDLMConfig(Qwen3Config):
     model_type = "wedlm"
 
 
+class NemotronLabsDiffusionConfig(Ministral3Config):
+    """NLD's config fields (Ministral3's, plus `mask_token_id`, `block_size`, `dlm_type`) under its own model_type."""
+
+    model_type = NLD_MODEL_TYPE
+
+    @property
+    def llama_4_scaling(self) -> dict[str, Any] | None:
+        """The query scaling vLLM's Mistral attention reads, from where Ministral3 keeps it (`rope_parameters`)."""
+        rope = self.rope_parameters or {}
+        if rope.get("llama_4_scaling_beta") is None:
+            return None
+        return {"beta": rope["llama_4_scaling_beta"],
+                "original_max_position_embeddings": rope["original_max_position_embeddings"]}
+
+
 def register() -> None:
-    """Register the config with transformers and the architecture with vLLM (lazily imported); idempotent."""
+    """Register the configs with transformers and the architectures with vLLM (lazily imported); idempotent."""
     from vllm import ModelRegistry
 
-    if "wedlm" not in CONFIG_MAPPING:
-        AutoConfig.register("wedlm", WeDLMConfig)
+    for config in (WeDLMConfig, NemotronLabsDiffusionConfig):
+        if config.model_type not in CONFIG_MAPPING:
+            AutoConfig.register(config.model_type, config)
     ModelRegistry.register_model("WeDLMForCausalLM", "vllm_plugin.models:WeDLMForCausalLM")
+    ModelRegistry.register_model("NemotronLabsDiffusionModel", "vllm_plugin.models:NemotronLabsDiffusionForCausalLM")

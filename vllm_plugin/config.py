@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from common.checkpoint import resolve_mask_token_id
+from common.draft_layout import resolve_dlm_type
 from common.errors import ConfigError
 from common.methods import needs_mask_token, parse_config
 
@@ -120,13 +121,14 @@ def translate(engine_args: Any, model_config: Any) -> None:
 
     check_vllm_version(vllm.__version__)
     method, config = engine_config(engine_args.speculative_config)
-    if needs_mask_token(method):
-        try:
+    try:
+        if needs_mask_token(method):
             config = resolve_mask(config, model_config)
-        except ConfigError as err:
-            if _cli["named_ours"]:
-                raise SystemExit(f"error: {err}") from None
-            raise
+        config = resolve_dlm_type(config, model_config.hf_config)
+    except ConfigError as err:
+        if _cli["named_ours"]:
+            raise SystemExit(f"error: {err}") from None
+        raise
     target = METHODS[method]
     if target.scheduler is not None:
         if engine_args.scheduler_cls not in (None, target.scheduler):

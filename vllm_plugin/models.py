@@ -1,11 +1,15 @@
 """Checkpoint architectures vLLM does not know whose weights a stock vLLM class already reads (imported lazily)."""
 
+import re
+from collections.abc import Iterable
 from typing import Any
 
+import torch
+from vllm.model_executor.models.mistral import MistralForCausalLM
 from vllm.model_executor.models.qwen2 import Qwen2ForCausalLM
 from vllm.model_executor.models.qwen3 import Qwen3ForCausalLM
 
-from common.checkpoint import stock_model_type
+from common.checkpoint import NLD_WEIGHT_NAMES, stock_model_type
 
 
 class WeDLMForCausalLM(Qwen3ForCausalLM):
@@ -15,3 +19,18 @@ class WeDLMForCausalLM(Qwen3ForCausalLM):
         if stock_model_type(vllm_config.model_config.hf_config.to_dict()) == "qwen2":
             return Qwen2ForCausalLM(vllm_config=vllm_config, prefix=prefix)
         return super().__new__(cls)
+
+
+class NemotronLabsDiffusionForCausalLM(MistralForCausalLM):
+    """An NLD checkpoint as vLLM's Mistral model (what it runs Ministral3 with): `encoder.*` is the decoder,
+    `diffusion_head` the LM head; the llama-4 query scaling comes from the config (`checkpoints.py`)."""
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
+        return super().load_weights((rename(name), tensor) for name, tensor in weights)
+
+
+def rename(name: str) -> str:
+    """An NLD weight name as the stock model names it."""
+    for pattern, replacement in NLD_WEIGHT_NAMES.items():
+        name = re.sub(pattern, replacement, name)
+    return name
