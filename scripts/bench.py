@@ -57,7 +57,7 @@ def run_vllm(model: str, spec: dict | None, batch_size: int, max_tokens: int, ro
     del llm
     return {
         "tokens_per_second": tokens / seconds,
-        "tokens_per_forward": tokens / (tokens - accepted),
+        "tokens_per_forward": tokens / (tokens - accepted) if accepted < tokens else None,
         "p_cache": None if spec else 1.0,
         "acceptance_length": 1 + accepted / drafts if drafts else 1.0,
         "tokens": tokens,
@@ -118,12 +118,15 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=4, help="timed batches per method and batch size")
     parser.add_argument("--batch-sizes", default="1,8")
+    parser.add_argument("--methods", default=",".join(name for name, _ in METHODS),
+                        help="comma-separated subset of the methods; ar, the baseline, always runs first")
     args = parser.parse_args()
     sizes = [int(s) for s in args.batch_sizes.split(",")]
     records = []
     for size in sizes:
         baseline = None
-        for name, spec in tqdm([*METHODS], desc=f"batch {size}"):
+        chosen = [(name, spec) for name, spec in METHODS if name == "ar" or name in args.methods.split(",")]
+        for name, spec in tqdm(chosen, desc=f"batch {size}"):
             result = run_vllm(args.model, spec, size, args.max_tokens, args.rounds)
             if spec is not None and spec["method"] != "ngram":
                 result.update(reference_costs(args.model, spec, args.max_tokens))

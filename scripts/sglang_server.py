@@ -1,0 +1,65 @@
+"""Start SGLang's server (`python -m sglang.launch_server`) on a local model and wait until it answers.
+
+On machines without a GPU it runs SGLang's CPU path (`SGLANG_USE_CPU_ENGINE=1`, `--device cpu`) with float32
+weights and KV; our plugin supplies the CPU kernel stand-ins and the verify-window attention backend.
+"""
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import openai
+
+from scripts.vllm_server import free_port
+
+CPU_ARGS = ["--device", "cpu", "--dtype", "float32", "--attention-backend", "torch_native", "--sampling-backend",
+            "pytorch", "--disable-overlap-schedule", "--mem-fraction-static", "0.05"]
+
+
+def launch_command(model: str | Path, decode_mode: str | None, decode_config: str | None, port: int,
+                   extra_args: list[str]) -> list[str]:
+    cmd = [sys.executable, "-m", "sglang.launch_server", "--model-path", str(model), "--served-model-name", "tiny",
+           "--host", "127.0.0.1", "--port", str(port), *extra_args]
+    if decode_mode is not None:
+        cmd += ["--decode-mode", decode_mode]
+    if decode_config is not None:
+        cmd += ["--decode-config", decode_config]
+    return cmd
+
+
+def cpu_env() -> dict[str, str]:
+    return {**os.environ, "SGLANG_USE_CPU_ENGINE": "1", "HF_HUB_OFFLINE": "1"}
+
+
+@contextmanager
+def sglang_server(
+    model: str | Path, decode_mode: str | None = None, decode_config: str | None = None,
+    extra_args: list[str] = CPU_ARGS, log_path: str | Path | None = None, timeout: float = 400,
+) -> Iterator[openai.OpenAI]:
+    """An `openai` client of a running server (served as "tiny"); the server stops on exit."""
+    port = free_port()
+    cmd = launch_command(model, decode_mode, decode_config, port, extra_args)
+    log_path = Path(log_path or tempfile.mkstemp(suffix=".log")[1])
+    with open(log_path, "w+") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=cpu_env())
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0, timeout=300)
+        try:
+            deadline = time.time() + timeout
+            while True:
+                try:
+                    client.models.list()
+                    break
+                except openai.APIConnectionError:
+                    if proc.poll() is not None or time.time() > deadline:
+                        log.seek(0)
+                        raise RuntimeError(f"SGLang server did not start:\n{log.read()[-4000:]}") from None
+                    time.sleep(1)
+            yield client
+        finally:
+            proc.terminate()
+            proc.wait(60)

@@ -1,0 +1,48 @@
+"""SGLang plugin (`sglang.srt.plugins` entry point): `--decode-mode` on `sglang.launch_server`, our speculative
+workers, a CPU attention backend for verify windows, and plain-torch stand-ins for missing CPU kernel ops.
+
+Loaded by SGLang in the launching process and in every scheduler process. Without `--decode-mode` nothing is
+selected and SGLang runs as without the plugin (the backend and algorithms are only registered, never chosen).
+"""
+
+
+def register() -> None:
+    """Entry point; idempotent."""
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+    from sglang.srt.speculative.spec_registry import get_spec
+
+    from sglang_plugin import attention, cli
+    from sglang_plugin.cpu_ops import register_missing_ops
+
+    register_missing_ops()
+    attention.register()
+    HookRegistry.register("sglang.srt.server_args.ServerArgs.add_cli_args", cli.add_cli_args, HookType.AFTER)
+    HookRegistry.register("sglang.srt.server_args.ServerArgs.from_cli_args", cli.from_cli_args, HookType.AROUND)
+    for name in cli.ALGORITHMS.values():
+        if get_spec(name) is None:
+            SpeculativeAlgorithm.register(name, spec_class=spec_class())(worker_class)
+
+
+def spec_class() -> type:
+    """SGLang's custom-algorithm class, completed: SGLang 0.5.23's scheduler also calls methods only its builtin
+    enum defines (`create_future_map`, `carries_draft_hidden_states`, ...); those run the enum's code on this
+    object, whose identity checks (`is_eagle()`, `is_ngram()`, ...) all answer no."""
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+    from sglang.srt.speculative.spec_registry import CustomSpecAlgo
+
+    class WindowAlgorithm(CustomSpecAlgo):
+        def __getattr__(self, name: str):
+            method = getattr(SpeculativeAlgorithm, name, None)
+            if name.startswith("_") or not callable(method):
+                raise AttributeError(name)
+            return method.__get__(self)
+
+    return WindowAlgorithm
+
+
+def worker_class(server_args: object) -> type:
+    """The worker SGLang builds for our algorithms (imported only once one is selected)."""
+    from sglang_plugin.worker import WindowWorker
+
+    return WindowWorker

@@ -1,0 +1,88 @@
+"""What each mode drafts on SGLang, from `common/`: diffusion self-speculation's extra bidirectional forward,
+Jacobi's own predictions from the last verify. The worker verifies and commits; drafters only propose."""
+
+from typing import Any
+
+import torch
+
+from common.decoder import Limits
+from common.diffusion_self import draft_width, draft_window, propose
+from common.jacobi import JacobiDecoder
+from common.sampling import choose
+from sglang_plugin.worker import Drafts, RequestState
+
+
+def allowed(req: Any) -> int:
+    """Tokens the request may still emit after its seed (already counted in its output)."""
+    return req.sampling_params.max_new_tokens - len(req.output_ids)
+
+
+class DiffusionSelfDrafter:
+    """`[seed, mask x k]` forwarded bidirectionally over the prefix (KV overwritten by the verify), drafts from
+    the rows `common.diffusion_self.draft_window` names."""
+
+    def __init__(self, config: Any, worker: Any) -> None:
+        self.config, self.worker = config, worker
+
+    def draft(self, batch: Any, reqs: list, states: list[RequestState], seeds: list[int]) -> list[Drafts]:
+        width = self.worker.width
+        widths = [draft_width(self.config.num_speculative_tokens, allowed(req) + 1) for req in reqs]
+        if not any(widths):
+            return [Drafts([]) for _ in reqs]
+        tokens = torch.full((len(reqs), width), self.config.mask_token_id)
+        tokens[:, 0] = torch.tensor(seeds)
+        visible = torch.ones(width, width, dtype=torch.bool).tril().repeat(len(reqs), 1, 1)
+        for row, w in enumerate(widths):
+            visible[row, : w + 1, : w + 1] = True
+        logits = self.worker.run_window(batch, tokens, visible).float()
+        drafts = []
+        for row, (state, w) in enumerate(zip(states, widths, strict=True)):
+            if w == 0:
+                drafts.append(Drafts([]))
+                continue
+            forward = draft_window(seeds[row], 0, w, self.config)
+            rows = logits[row, forward.logit_rows.to(logits.device)].cpu()
+            chosen, q = propose(rows, self.config.mask_token_id, state.sampling, state.generator)
+            drafts.append(Drafts(chosen.tolist(), None if state.sampling.greedy else q))
+        return drafts
+
+    def after_verify(self, reqs: list, states: list, logits: torch.Tensor, drafts: list, committed: list) -> None:
+        """Nothing carries over: each step drafts afresh."""
+
+
+class JacobiDrafter:
+    """A `common.jacobi.JacobiDecoder` per request: its `main_drafts()` are verified, then it follows the
+    committed tokens and the verify forward's own per-position predictions."""
+
+    def __init__(self, config: Any, worker: Any) -> None:
+        self.config, self.worker = config, worker
+
+    def draft(self, batch: Any, reqs: list, states: list[RequestState], seeds: list[int]) -> list[Drafts]:
+        drafts = []
+        for req, state in zip(reqs, states, strict=True):
+            decoder = state.mode_state.get("decoder")
+            if decoder is None or decoder.num_tokens != len(req.origin_input_ids) + len(req.output_ids):
+                decoder = state.mode_state["decoder"] = self.start(req, state)
+            drafts.append(Drafts(decoder.main_drafts()[: allowed(req)]))
+        return drafts
+
+    def start(self, req: Any, state: RequestState) -> JacobiDecoder:
+        """A decoder whose prompt is every token but the seed, which opens its first block."""
+        tokens = list(req.origin_input_ids) + list(req.output_ids)
+        decoder = JacobiDecoder(tokens[:-1], state.sampling, Limits(max_tokens=allowed(req) + 1), self.config)
+        decoder.begin(tokens[-1])
+        decoder.commit(tokens[-1:])
+        return decoder
+
+    def after_verify(self, reqs: list, states: list, logits: torch.Tensor, drafts: list, committed: list) -> None:
+        for row, (state, d, run) in enumerate(zip(states, drafts, committed, strict=True)):
+            rows = logits[row, : len(d.tokens) + 1]
+            if state.sampling.greedy:
+                predicted = rows.argmax(-1).tolist()
+            else:
+                predicted = choose(rows.cpu(), state.sampling, state.generator).tolist()
+            state.mode_state["decoder"].follow(predicted, run)
+
+
+def make_drafter(mode: str, config: Any, worker: Any) -> Any:
+    return {"diffusion_self": DiffusionSelfDrafter, "jacobi": JacobiDrafter}[mode](config, worker)

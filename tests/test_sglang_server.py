@@ -1,0 +1,108 @@
+"""SGLang with `--decode-mode` (our plugin, installed in SGLang's own environment) returns, for 32 concurrent
+prompts, exactly the tokens of the same server without it (greedy, lossless modes), through `/generate` and the
+OpenAI completions API, streamed and not, with stop strings and max_tokens; bad settings are refused at start.
+
+Runs in the SGLang environment (`scripts/test.sh` sets it up); skipped where SGLang is not installed unless
+`PD_REQUIRE_SGLANG=1`, which CI sets so that a missing SGLang fails instead."""
+
+import json
+import os
+import shutil
+import subprocess
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+if os.environ.get("PD_REQUIRE_SGLANG") != "1":
+    pytest.importorskip("sglang")
+
+from scripts.sglang_server import CPU_ARGS, cpu_env, launch_command, sglang_server
+
+MAX_TOKENS = 29
+MODES = [
+    ("diffusion_self", '{"num_speculative_tokens": 4}'),
+    ("diffusion_self", '{"num_speculative_tokens": 16}'),
+    ("jacobi", '{"block_size": 4}'),
+]
+
+
+def generate(client, prompt: str, **params) -> dict:
+    """SGLang's native `/generate` (token ids and SGLang's own verify-step count)."""
+    url = str(client.base_url).removesuffix("/").removesuffix("/v1") + "/generate"
+    body = json.dumps({"text": prompt, "sampling_params": {"temperature": 0, "max_new_tokens": MAX_TOKENS, **params}})
+    request = urllib.request.Request(url, data=body.encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=300) as response:
+        return json.load(response)
+
+
+def answers(client, prompts: list[str]) -> dict:
+    """Every way a client reads the server, for all prompts at once (32 in flight)."""
+    with ThreadPoolExecutor(len(prompts)) as pool:
+        native = list(pool.map(lambda p: generate(client, p), prompts))
+        stops = [out["text"][-12:-8] or "\n" for out in native]
+        completions = list(pool.map(
+            lambda ps: client.completions.create(model="tiny", prompt=ps[0], max_tokens=MAX_TOKENS, temperature=0,
+                                                 stop=[ps[1]]), zip(prompts, stops, strict=True)))
+        short = list(pool.map(lambda p: client.completions.create(model="tiny", prompt=p, max_tokens=7,
+                                                                  temperature=0), prompts))
+    streamed = ["".join(chunk.choices[0].text for chunk in client.completions.create(
+        model="tiny", prompt=p, max_tokens=MAX_TOKENS, temperature=0, stream=True)) for p in prompts[:4]]
+    return {
+        "ids": [out["output_ids"] for out in native],
+        "texts": [out["text"] for out in native],
+        "stopped": [(c.choices[0].text, c.choices[0].finish_reason, c.usage.completion_tokens) for c in completions],
+        "short": [(c.choices[0].text, c.usage.completion_tokens) for c in short],
+        "streamed": streamed,
+        "verify_steps": [out["meta_info"].get("spec_verify_ct") for out in native],
+    }
+
+
+@pytest.fixture(scope="module")
+def plain(engine_dir, prompts):
+    with sglang_server(engine_dir["qwen3"]) as client:
+        return answers(client, prompts)
+
+
+@pytest.mark.parametrize(("mode", "config"), MODES, ids=[f"{m}-{c}" for m, c in MODES])
+def test_lossless_mode_equals_plain_server(engine_dir, prompts, plain, mode, config):
+    with sglang_server(engine_dir["qwen3"], mode, config) as client:
+        got = answers(client, prompts)
+    assert got["ids"] == plain["ids"]
+    assert got["stopped"] == plain["stopped"]
+    assert got["short"] == plain["short"]
+    assert got["streamed"] == plain["texts"][:4] == plain["streamed"]
+    assert all(len(ids) <= MAX_TOKENS for ids in got["ids"])
+    assert sum(got["verify_steps"]) < len(prompts) * (MAX_TOKENS - 1)  # some drafts accepted: windows really ran
+    assert all(steps is None for steps in plain["verify_steps"])
+
+
+def refusal(args: list[str], model) -> subprocess.CompletedProcess:
+    cmd = launch_command(model, None, None, 1, [*CPU_ARGS, *args])
+    return subprocess.run(cmd, capture_output=True, text=True, env=cpu_env(), timeout=300, check=False)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--decode-mode", "wedlm"], "invalid choice: 'wedlm'"),
+    (["--decode-mode", "jacobi", "--decode-config", "{bad"], "config is not valid JSON"),
+    (["--decode-mode", "jacobi", "--decode-config", '{"block_size": 0}'], "block_size must be a positive integer"),
+    (["--decode-mode", "diffusion_self", "--decode-config", '{"window": 4}'], "unknown field(s) ['window']"),
+    (["--decode-mode", "jacobi", "--decode-config", '{"pool_size": 2}'], "pool_size must be 0 on SGLang"),
+    (["--decode-config", "{}"], "needs --decode-mode"),
+], ids=["unknown-mode", "malformed", "bad-value", "unknown-field", "recycling", "config-without-mode"])
+def test_bad_settings_refused_at_start(engine_dir, args, message):
+    proc = refusal(args, engine_dir["qwen3"])
+    assert proc.returncode != 0
+    assert message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_model_without_mask_token_refused(engine_dir, tmp_path):
+    model = tmp_path / "no-mask"
+    shutil.copytree(engine_dir["llama"], model)
+    for name, key in (("config.json", "mask_token_id"), ("tokenizer_config.json", "mask_token")):
+        data = json.loads((model / name).read_text())
+        data.pop(key, None)
+        (model / name).write_text(json.dumps(data))
+    proc = refusal(["--decode-mode", "diffusion_self"], model)
+    assert proc.returncode != 0
+    assert "mask_token_id" in proc.stderr and "Traceback" not in proc.stderr
