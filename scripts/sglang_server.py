@@ -5,17 +5,14 @@ weights and KV; our plugin supplies the CPU kernel stand-ins and the verify-wind
 """
 
 import os
-import subprocess
 import sys
-import tempfile
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import openai
 
-from scripts.vllm_server import free_port
+from scripts.server_process import free_port, running_server
 
 CPU_ARGS = ["--device", "cpu", "--dtype", "float32", "--attention-backend", "torch_native", "--sampling-backend",
             "pytorch", "--disable-overlap-schedule", "--mem-fraction-static", "0.05"]
@@ -44,22 +41,5 @@ def sglang_server(
     """An `openai` client of a running server (served as "tiny"); the server stops on exit."""
     port = free_port()
     cmd = launch_command(model, decode_mode, decode_config, port, extra_args)
-    log_path = Path(log_path or tempfile.mkstemp(suffix=".log")[1])
-    with open(log_path, "w+") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=cpu_env())
-        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0, timeout=300)
-        try:
-            deadline = time.time() + timeout
-            while True:
-                try:
-                    client.models.list()
-                    break
-                except openai.APIConnectionError:
-                    if proc.poll() is not None or time.time() > deadline:
-                        log.seek(0)
-                        raise RuntimeError(f"SGLang server did not start:\n{log.read()[-4000:]}") from None
-                    time.sleep(1)
-            yield client
-        finally:
-            proc.terminate()
-            proc.wait(60)
+    with running_server("SGLang", cmd, port, cpu_env(), log_path, timeout) as client:
+        yield client

@@ -3,24 +3,16 @@
 import importlib.metadata
 import json
 import os
-import socket
-import subprocess
 import sys
-import tempfile
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import openai
 
+from scripts.server_process import free_port, running_server
+
 CPU_ARGS = ["--dtype", "float32", "--enforce-eager", "--max-model-len", "512", "--kv-cache-memory-bytes", str(64 << 20)]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def serve_command(model: str | Path) -> list[str]:
@@ -46,25 +38,8 @@ def vllm_server(
     if speculative_config is not None:
         cmd += ["--speculative-config", json.dumps(speculative_config)]
     env = {k: v for k, v in os.environ.items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"}
-    log_path = Path(log_path or tempfile.mkstemp(suffix=".log")[1])
-    with open(log_path, "w+") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
-        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0, timeout=120)
-        try:
-            deadline = time.time() + timeout
-            while True:
-                try:
-                    client.models.list()
-                    break
-                except openai.APIConnectionError:
-                    if proc.poll() is not None or time.time() > deadline:
-                        log.seek(0)
-                        raise RuntimeError(f"vLLM server did not start:\n{log.read()[-4000:]}") from None
-                    time.sleep(1)
-            yield client
-        finally:
-            proc.terminate()
-            proc.wait(60)
+    with running_server("vLLM", cmd, port, env, log_path, timeout) as client:
+        yield client
 
 
 def metrics(client: openai.OpenAI) -> dict[str, float]:

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from common.checkpoint import load
-from scripts.make_tiny_models import make_all
+from scripts.make_tiny_models import build_model, make_all
 
 torch.set_num_threads(1)
 
@@ -23,6 +23,18 @@ def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def engine_dir(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Tiny checkpoints with head size 32, the smallest the engines' CPU attention kernels run."""
     return make_all(tmp_path_factory.mktemp("engine-models"), hidden_size=128)
+
+
+@pytest.fixture(scope="session")
+def vocab8(tmp_path_factory: pytest.TempPathFactory):
+    """A vocabulary-8 model (head size 32, no tokenizer) saved for the engines, and the model itself, whose exact
+    joint over short continuations the sampling tests compare against."""
+    from tests.test_sampling_exact import MASK, VOCAB
+
+    model = build_model("qwen3", VOCAB, MASK, eos_token_id=None, seed=3, hidden_size=128)
+    path = tmp_path_factory.mktemp("vocab8")
+    model.save_pretrained(path)
+    return path, model
 
 
 @pytest.fixture(scope="session", params=["qwen3", "qwen2", "llama"])

