@@ -5,10 +5,12 @@
 """
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
+from common.checkpoint import resolve_mask_token_id
 from common.errors import ConfigError
 
 DLM_TYPES = ("llada", "dream")
@@ -33,3 +35,15 @@ def resolve_dlm_type(config: Any, model_config: Any) -> Any:
         raise ConfigError(f"the model config's dlm_type must be one of {list(DLM_TYPES)}, got {value!r}; "
                           'override it in the method config, e.g. {"dlm_type": "llada"}')
     return dataclasses.replace(config, dlm_type=value)
+
+
+def complete_config(config: Any, model_config: Any, load_tokenizer: Callable[[], Any]) -> Any:
+    """A method config with what the checkpoint decides filled in: the mask id (override, model config, else the
+    tokenizer, loaded only then; never guessed) and `dlm_type`. Configs without those fields come back unchanged."""
+    if hasattr(config, "mask_token_id"):
+        tokenizer = None
+        if config.mask_token_id is None and getattr(model_config, "mask_token_id", None) is None:
+            tokenizer = load_tokenizer()
+        mask_id = resolve_mask_token_id(model_config, tokenizer, config.mask_token_id)
+        config = dataclasses.replace(config, mask_token_id=mask_id)
+    return resolve_dlm_type(config, model_config)

@@ -10,10 +10,9 @@ import json
 import sys
 from typing import Any
 
-from common.checkpoint import resolve_mask_token_id
-from common.draft_layout import resolve_dlm_type
+from common.draft_layout import complete_config
 from common.errors import ConfigError
-from common.methods import needs_mask_token, parse_config
+from common.methods import parse_config
 
 # Modes served on SGLang, each as a registered speculative algorithm.
 ALGORITHMS = {"diffusion_self": "PD_DIFFUSION_SELF", "jacobi": "PD_JACOBI"}
@@ -41,7 +40,7 @@ def from_cli_args(original: Any, cls: Any, args: Any) -> Any:
                      f"{', '.join(sorted(ALGORITHMS))})")
         return original(cls, args)
     try:
-        config = complete(mode, parse_config(mode, settings), args.model_path, args.trust_remote_code)
+        config = complete(parse_config(mode, settings), args.model_path, args.trust_remote_code)
     except ConfigError as err:
         sys.exit(f"error: argument --decode-config: {err}")
     apply(args, mode, config)
@@ -50,18 +49,13 @@ def from_cli_args(original: Any, cls: Any, args: Any) -> Any:
     return server_args
 
 
-def complete(mode: str, config: Any, model_path: str, trust_remote_code: bool) -> Any:
-    """The config with what the checkpoint decides filled in: the mask id (never guessed) and `dlm_type`."""
+def complete(config: Any, model_path: str, trust_remote_code: bool) -> Any:
+    """The config with what the checkpoint decides filled in (`common.draft_layout.complete_config`)."""
     from transformers import AutoConfig, AutoTokenizer
 
     model_config = AutoConfig.from_pretrained(model_path, trust_remote_code=trust_remote_code)
-    if needs_mask_token(mode):
-        tokenizer = None
-        if config.mask_token_id is None and getattr(model_config, "mask_token_id", None) is None:
-            tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=trust_remote_code)
-        mask_id = resolve_mask_token_id(model_config, tokenizer, config.mask_token_id)
-        config = dataclasses.replace(config, mask_token_id=mask_id)
-    return resolve_dlm_type(config, model_config)
+    return complete_config(
+        config, model_config, lambda: AutoTokenizer.from_pretrained(model_path, trust_remote_code=trust_remote_code))
 
 
 def window_size(mode: str, config: Any) -> int:

@@ -13,10 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from common.checkpoint import resolve_mask_token_id
-from common.draft_layout import resolve_dlm_type
+from common.draft_layout import complete_config
 from common.errors import ConfigError
-from common.methods import needs_mask_token, parse_config
+from common.methods import parse_config
 
 SUPPORTED_VLLM = ((0, 32), (0, 34))
 MAX_SPEC_LEN = 128
@@ -101,18 +100,13 @@ def check_vllm_version(version: str) -> None:
         )
 
 
-def resolve_mask(config: Any, model_config: Any) -> Any:
-    """The config with its mask id resolved from the override, the HF config or the tokenizer (never guessed)."""
-    tokenizer = None
-    if config.mask_token_id is None and getattr(model_config.hf_config, "mask_token_id", None) is None:
-        if not model_config.skip_tokenizer_init:
-            from transformers import AutoTokenizer
+def load_tokenizer(model_config: Any) -> Any:
+    """vLLM's tokenizer for the model, or None where vLLM is told not to load one."""
+    if model_config.skip_tokenizer_init:
+        return None
+    from transformers import AutoTokenizer
 
-            tokenizer = AutoTokenizer.from_pretrained(
-                model_config.tokenizer, trust_remote_code=model_config.trust_remote_code
-            )
-    mask_id = resolve_mask_token_id(model_config.hf_config, tokenizer, config.mask_token_id)
-    return dataclasses.replace(config, mask_token_id=mask_id)
+    return AutoTokenizer.from_pretrained(model_config.tokenizer, trust_remote_code=model_config.trust_remote_code)
 
 
 def translate(engine_args: Any, model_config: Any) -> None:
@@ -122,9 +116,7 @@ def translate(engine_args: Any, model_config: Any) -> None:
     check_vllm_version(vllm.__version__)
     method, config = engine_config(engine_args.speculative_config)
     try:
-        if needs_mask_token(method):
-            config = resolve_mask(config, model_config)
-        config = resolve_dlm_type(config, model_config.hf_config)
+        config = complete_config(config, model_config.hf_config, lambda: load_tokenizer(model_config))
     except ConfigError as err:
         if _cli["named_ours"]:
             raise SystemExit(f"error: {err}") from None
