@@ -61,3 +61,26 @@ def causal_forward(token_ids: list[int], start: int, logit_rows: list[int], **kw
         logit_rows=torch.tensor(logit_rows, dtype=torch.long),
         **kwargs,
     )
+
+
+def after_rows(forward: Forward | None, token_ids: list[int], start: int) -> Forward:
+    """`forward` preceded by causal rows of `token_ids` at logical positions `start`...: tokens whose KV the
+    method counts as cached but an engine's cache lacks (the engine recomputes them in the same forward).
+
+    `forward` (None: the rows alone) sees every prepended row; its `logit_rows` are shifted past them."""
+    rows = causal_forward(token_ids, start, [])
+    if forward is None:
+        return rows
+    n, m = rows.num_tokens, forward.num_tokens
+    mask = torch.zeros(n + m, n + m, dtype=torch.bool)
+    mask[:n, :n] = rows.visibility()
+    mask[n:, :n] = True
+    mask[n:, n:] = forward.visibility()
+    return Forward(
+        token_ids=torch.cat([rows.token_ids, forward.token_ids]),
+        positions=torch.cat([rows.positions, forward.positions]),
+        logit_rows=forward.logit_rows + n,
+        attention=Attention.CUSTOM,
+        mask=mask,
+        adapter=forward.adapter,
+    )

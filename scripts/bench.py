@@ -1,12 +1,16 @@
 """Benchmark parallel decoders in a serving engine against its own AR decoding: tokens/s and tokens per forward.
 
     python -m scripts.bench --engine vllm --model DIR --json OUT.json [--png OUT.png] [--max-tokens 64]
+    .venv-sglang/bin/python -m scripts.bench --engine sglang --model DIR --json OUT.json
 
 Writes a list of records {engine, method, config, batch_size, tokens_per_second, tokens_per_forward, p_cache,
 speedup, acceptance_length}. Tokens per forward counts every model forward a request takes part in. For AR
 and ngram it comes from vLLM's counters (each target forward yields 1 + accepted tokens); for our methods from
-`common/`'s reference runner on the same prompts, whose decisions the engine path reproduces token for token
-(tested), since vLLM does not count our extra forwards (drafts, reveals). p_cache is WeDLM's eq. 4.
+`common/`'s reference runner on the same prompts, whose decisions the engine paths reproduce token for token
+(tested), since the engines do not count our extra forwards (drafts, reveals). p_cache is WeDLM's eq. 4.
+Acceptance length is tokens per verify step (vLLM: per draft; SGLang: per speculative step after the prefill).
+SGLang runs in its own environment (`scripts/setup_sglang_env.sh`), on CPU with `scripts.sglang_server`'s
+settings (float32) when there is no GPU; it has no ngram here.
 """
 
 import argparse
@@ -65,6 +69,44 @@ def run_vllm(model: str, spec: dict | None, batch_size: int, max_tokens: int, ro
     }
 
 
+def run_sglang(model: str, spec: dict | None, batch_size: int, max_tokens: int, rounds: int) -> dict:
+    """As `run_vllm`, on an offline `sglang.Engine` selecting the method with `decode_mode` / `decode_config`."""
+    import os
+
+    import torch
+
+    from scripts.sglang_server import CPU_KWARGS, cpu_env
+
+    if not torch.cuda.is_available():
+        os.environ.update(cpu_env())
+    import sglang
+
+    kwargs = {} if torch.cuda.is_available() else dict(CPU_KWARGS)
+    if spec is not None:
+        kwargs.update(decode_mode=spec["method"], decode_config={k: v for k, v in spec.items() if k != "method"})
+    engine = sglang.Engine(model_path=model, max_running_requests=batch_size, random_seed=0, **kwargs)
+    params = {"temperature": 0, "max_new_tokens": max_tokens, "ignore_eos": True}
+    batches = [[PROMPTS[(r * batch_size + i) % len(PROMPTS)] for i in range(batch_size)] for r in range(rounds)]
+    try:
+        engine.generate(batches[0], params)
+        start, outputs = time.perf_counter(), []
+        for batch in batches:
+            outputs += engine.generate(batch, params)
+        seconds = time.perf_counter() - start
+    finally:
+        engine.shutdown()
+    tokens = sum(out["meta_info"]["completion_tokens"] for out in outputs)
+    steps = sum(out["meta_info"].get("spec_verify_ct") or 0 for out in outputs)
+    return {
+        "tokens_per_second": tokens / seconds,
+        "tokens_per_forward": None if spec else 1.0,
+        "p_cache": None if spec else 1.0,
+        "acceptance_length": (tokens - len(outputs)) / steps if steps else 1.0,
+        "tokens": tokens,
+        "seconds": seconds,
+    }
+
+
 def reference_costs(model_dir: str, spec: dict, max_tokens: int) -> dict:
     """Tokens per forward and p_cache of one of our methods, from `common/`'s reference runner (greedy)."""
     from common.checkpoint import load, resolve_mask_token_id
@@ -111,7 +153,7 @@ def plot(records: list[dict], path: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--engine", choices=["vllm"], required=True)
+    parser.add_argument("--engine", choices=["vllm", "sglang"], required=True)
     parser.add_argument("--model", required=True)
     parser.add_argument("--json", required=True)
     parser.add_argument("--png", default=None, help="bar charts of tokens/s and tokens per forward")
@@ -126,8 +168,11 @@ def main() -> None:
     for size in sizes:
         baseline = None
         chosen = [(name, spec) for name, spec in METHODS if name == "ar" or name in args.methods.split(",")]
+        if args.engine == "sglang":
+            chosen = [(name, spec) for name, spec in chosen if name != "ngram"]
+        run = run_vllm if args.engine == "vllm" else run_sglang
         for name, spec in tqdm(chosen, desc=f"batch {size}"):
-            result = run_vllm(args.model, spec, size, args.max_tokens, args.rounds)
+            result = run(args.model, spec, size, args.max_tokens, args.rounds)
             if spec is not None and spec["method"] != "ngram":
                 result.update(reference_costs(args.model, spec, args.max_tokens))
             baseline = baseline or result["tokens_per_second"]

@@ -44,6 +44,9 @@ NLD_ROPE = {"rope_type": "yarn", "rope_theta": 1e6, "factor": 16.0, "original_ma
             "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0, "llama_4_scaling_beta": 0.1}
 FAMILY_FIELDS = {"ministral3": {"rope_parameters": NLD_ROPE, "max_position_embeddings": 512}}
 SPECIAL_TOKENS = ["<|endoftext|>", "<|mask|>"]
+# A plain chat format, so that the servers' chat endpoints run on tiny models.
+CHAT_TEMPLATE = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+                 "{% if add_generation_prompt %}assistant: {% endif %}")
 CORPUS_FILES = ["textwrap.py", "string.py", "heapq.py", "bisect.py", "fnmatch.py", "shlex.py", "calendar.py"]
 INIT_STD = 0.3
 
@@ -63,7 +66,8 @@ def train_tokenizer(vocab_size: int = 512) -> PreTrainedTokenizerFast:
     )
     tok.train_from_iterator(texts, trainer=trainer)
     return PreTrainedTokenizerFast(
-        tokenizer_object=tok, eos_token="<|endoftext|>", mask_token="<|mask|>", pad_token="<|endoftext|>"
+        tokenizer_object=tok, eos_token="<|endoftext|>", mask_token="<|mask|>", pad_token="<|endoftext|>",
+        chat_template=CHAT_TEMPLATE,
     )
 
 

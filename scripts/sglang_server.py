@@ -14,8 +14,11 @@ import openai
 
 from scripts.server_process import free_port, running_server
 
-CPU_ARGS = ["--device", "cpu", "--dtype", "float32", "--attention-backend", "torch_native", "--sampling-backend",
-            "pytorch", "--disable-overlap-schedule", "--mem-fraction-static", "0.05"]
+# SGLang's CPU path, as `sglang.Engine` keyword arguments and as `launch_server` flags.
+CPU_KWARGS = {"device": "cpu", "dtype": "float32", "attention_backend": "torch_native", "sampling_backend": "pytorch",
+              "disable_overlap_schedule": True, "mem_fraction_static": 0.05}
+CPU_ARGS = [arg for name, value in CPU_KWARGS.items()
+            for arg in ["--" + name.replace("_", "-"), *([] if value is True else [str(value)])]]
 
 
 def launch_command(model: str | Path, decode_mode: str | None, decode_config: str | None, port: int,

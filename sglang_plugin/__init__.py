@@ -22,6 +22,21 @@ def register() -> None:
     for name in cli.ALGORITHMS.values():
         if get_spec(name) is None:
             SpeculativeAlgorithm.register(name, spec_class=spec_class())(worker_class)
+    engine_keywords()
+
+
+def engine_keywords() -> None:
+    """`decode_mode` / `decode_config` keywords on `sglang.Engine`, whose constructor loads plugins right before
+    it builds its ServerArgs from its keywords (the engine module is loaded by then)."""
+    import sys
+
+    from sglang.srt.server_args import ServerArgs
+
+    from sglang_plugin.cli import server_args_from_keywords
+
+    engine = sys.modules.get("sglang.srt.entrypoints.engine")
+    if engine is not None and engine.Engine.server_args_class is ServerArgs:
+        engine.Engine.server_args_class = staticmethod(server_args_from_keywords)
 
 
 def spec_class() -> type:
@@ -43,6 +58,12 @@ def spec_class() -> type:
 
 def worker_class(server_args: object) -> type:
     """The worker SGLang builds for our algorithms (imported only once one is selected)."""
-    from sglang_plugin.worker import WindowWorker
+    from sglang_plugin.cli import COMMIT_MODES, decode_settings
 
-    return WindowWorker
+    if decode_settings(server_args)[0] in COMMIT_MODES:
+        from sglang_plugin.commit import CommitWorker
+
+        return CommitWorker
+    from sglang_plugin.verify import VerifyWorker
+
+    return VerifyWorker

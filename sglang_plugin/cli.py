@@ -1,4 +1,5 @@
-"""`--decode-mode` and `--decode-config` on `sglang.launch_server`, translated into SGLang's own speculative fields.
+"""`--decode-mode` and `--decode-config` on `sglang.launch_server` (and the same keyword arguments on
+`sglang.Engine`), translated into SGLang's own speculative fields.
 
 The method config is parsed by `common/` (unknown keys and bad values refused naming the field) and completed
 from the checkpoint (mask token, `dlm_type`) in the launching process, before any model loads; the scheduler
@@ -15,7 +16,10 @@ from common.errors import ConfigError
 from common.methods import parse_config
 
 # Modes served on SGLang, each as a registered speculative algorithm.
-ALGORITHMS = {"diffusion_self": "PD_DIFFUSION_SELF", "jacobi": "PD_JACOBI"}
+ALGORITHMS = {"diffusion_self": "PD_DIFFUSION_SELF", "jacobi": "PD_JACOBI", "wedlm": "PD_WEDLM",
+              "diffusion": "PD_DIFFUSION"}
+# Modes whose own rule commits tokens (`sglang_plugin.commit`); the others verify drafts (`sglang_plugin.verify`).
+COMMIT_MODES = ("wedlm", "diffusion")
 CPU_ATTENTION_BACKEND = "pd_torch_sdpa"
 
 
@@ -40,13 +44,45 @@ def from_cli_args(original: Any, cls: Any, args: Any) -> Any:
                      f"{', '.join(sorted(ALGORITHMS))})")
         return original(cls, args)
     try:
-        config = complete(parse_config(mode, settings), args.model_path, args.trust_remote_code)
+        config, fields = resolve(mode, settings, args.model_path, args.trust_remote_code, args.device)
     except ConfigError as err:
         sys.exit(f"error: argument --decode-config: {err}")
-    apply(args, mode, config)
+    for name, value in fields.items():
+        setattr(args, name, value)
     server_args = original(cls, args)
-    server_args._decode_settings = json.dumps({"mode": mode, "config": dataclasses.asdict(config)})
+    server_args._decode_settings = encode(mode, config)
     return server_args
+
+
+def server_args_from_keywords(**kwargs: Any) -> Any:
+    """`sglang.Engine`'s ServerArgs constructor while the plugin is loaded: the same settings as keyword arguments,
+    `Engine(model_path=..., decode_mode="wedlm", decode_config={...})`. Bad ones raise `ConfigError`."""
+    from sglang.srt.server_args import ServerArgs
+
+    mode, settings = kwargs.pop("decode_mode", None), kwargs.pop("decode_config", None)
+    if mode is None:
+        if settings is not None:
+            raise ConfigError(f"decode_config needs decode_mode (one of {sorted(ALGORITHMS)})")
+        return ServerArgs(**kwargs)
+    if mode not in ALGORITHMS:
+        raise ConfigError(f"decode_mode must be one of {sorted(ALGORITHMS)}, got {mode!r}")
+    config, fields = resolve(mode, settings, kwargs["model_path"], kwargs.get("trust_remote_code", False),
+                             kwargs.get("device"))
+    server_args = ServerArgs(**{**kwargs, **fields})
+    server_args._decode_settings = encode(mode, config)
+    return server_args
+
+
+def resolve(mode: str, settings: Any, model_path: str, trust_remote_code: bool, device: str | None
+            ) -> tuple[Any, dict[str, Any]]:
+    """The mode's typed config, completed from the checkpoint, and the SGLang fields that select it."""
+    config = complete(parse_config(mode, settings), model_path, trust_remote_code)
+    return config, speculative_fields(mode, config, device)
+
+
+def encode(mode: str, config: Any) -> str:
+    """What the scheduler processes read back (`decode_settings`), carried on `ServerArgs`."""
+    return json.dumps({"mode": mode, "config": dataclasses.asdict(config)})
 
 
 def complete(config: Any, model_path: str, trust_remote_code: bool) -> Any:
@@ -59,24 +95,29 @@ def complete(config: Any, model_path: str, trust_remote_code: bool) -> Any:
 
 
 def window_size(mode: str, config: Any) -> int:
-    """Tokens per request in each verify forward: the seed and the most drafts a step may carry."""
+    """SGLang's per-step width: twice it is the KV it reserves past its cached tokens. A verify window is the
+    seed and the most drafts; a WeDLM forward is up to 2W rows (the committing run and a full window), after up
+    to W rows recomputed once a prefill ends; an NLD forward is one block."""
     if mode == "jacobi":
         return config.block_size * config.num_blocks + 1
+    if mode == "wedlm":
+        return (3 * config.window + 1) // 2
+    if mode == "diffusion":
+        return config.block_size
     return config.num_speculative_tokens + 1
 
 
-def apply(args: Any, mode: str, config: Any) -> None:
-    """SGLang's fields for a mode: our registered algorithm, one fixed-width chain window, no overlap."""
+def speculative_fields(mode: str, config: Any, device: str | None) -> dict[str, Any]:
+    """SGLang's fields for a mode: our registered algorithm, one fixed-width window, no overlap; on CPU our
+    attention backend."""
     if mode == "jacobi" and config.pool_size:
-        raise SystemExit("error: argument --decode-config: pool_size must be 0 on SGLang (rejection recycling "
-                         f"verifies several branches in one forward), got {config.pool_size}")
-    args.speculative_algorithm = ALGORITHMS[mode]
-    args.speculative_num_draft_tokens = window_size(mode, config)
-    args.speculative_num_steps = 1
-    args.speculative_eagle_topk = 1
-    args.disable_overlap_schedule = True
-    if args.device == "cpu":
-        args.attention_backend = CPU_ATTENTION_BACKEND
+        raise ConfigError("pool_size must be 0 on SGLang (rejection recycling verifies several branches in one "
+                          f"forward), got {config.pool_size}")
+    fields = {"speculative_algorithm": ALGORITHMS[mode], "speculative_num_draft_tokens": window_size(mode, config),
+              "speculative_num_steps": 1, "speculative_eagle_topk": 1, "disable_overlap_schedule": True}
+    if device == "cpu":
+        fields["attention_backend"] = CPU_ATTENTION_BACKEND
+    return fields
 
 
 def decode_settings(server_args: Any) -> tuple[str, Any]:

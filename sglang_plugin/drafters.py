@@ -9,7 +9,7 @@ from common.decoder import Limits
 from common.diffusion_self import draft_width, draft_window, propose
 from common.jacobi import JacobiDecoder
 from common.sampling import choose
-from sglang_plugin.worker import Drafts, RequestState
+from sglang_plugin.verify import Drafts, RequestState
 
 
 def allowed(req: Any) -> int:

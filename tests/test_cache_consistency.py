@@ -4,10 +4,12 @@ import pytest
 import torch
 from transformers import DynamicCache
 
+from common.attention import additive_mask
 from common.decoder import Limits
 from common.methods import make_decoder, parse_config
 from common.runner import ReferenceRunner
 from common.sampling import SamplingParams
+from common.window import after_rows
 
 MAX_TOKENS = 27
 METHODS = [
@@ -63,3 +65,26 @@ def test_committed_kv_equals_fresh_prefill(qwen3, prompts, method, settings):
             for kept, expected in zip(cache.layers, fresh.layers, strict=True):
                 torch.testing.assert_close(kept.keys, expected.keys, atol=1e-4, rtol=1e-4)
                 torch.testing.assert_close(kept.values, expected.values, atol=1e-4, rtol=1e-4)
+
+
+@torch.inference_mode()
+@pytest.mark.parametrize("sampling", SAMPLING, ids=["greedy", "sampled"])
+@pytest.mark.parametrize(("method", "settings"), METHODS, ids=IDS)
+def test_lagging_cache_with_recomputed_rows_equals_reference(qwen3, prompts, method, settings, sampling):
+    """An engine whose cache holds fewer tokens than the decoder counts as cached (SGLang's, after scratch
+    windows) forwards the missing ones first (`after_rows`) and decodes exactly what the reference decodes."""
+    model, tokenizer = qwen3
+    config = parse_config(method, settings, mask_token_id=model.config.mask_token_id)
+    for prompt in prompts[:4]:
+        ids = tokenizer.encode(prompt)
+        expected = ReferenceRunner(model).run(make_decoder(method, config, ids, sampling, Limits(MAX_TOKENS)))
+        decoder = make_decoder(method, config, ids, sampling, Limits(MAX_TOKENS))
+        cache, pooled = DynamicCache(config=model.config), 0
+        while not decoder.finished:
+            window = after_rows(decoder.next_forward(), decoder.tokens[pooled : decoder.cache_len], pooled)
+            out = model(input_ids=window.token_ids[None], position_ids=window.positions[None], past_key_values=cache,
+                        attention_mask=additive_mask(window, pooled, model.dtype), use_cache=True)
+            decoder.apply(out.logits[0, window.logit_rows].float())
+            pooled = max(len(ids), decoder.cache_len - decoder.forwards % 3)
+            cache.crop(pooled)
+        assert decoder.output == expected.token_ids

@@ -48,12 +48,16 @@ def answers(client, prompts: list[str]) -> dict:
                                                                   temperature=0), prompts))
     streamed = ["".join(chunk.choices[0].text for chunk in client.completions.create(
         model="tiny", prompt=p, max_tokens=MAX_TOKENS, temperature=0, stream=True)) for p in prompts[:4]]
+    chatted = [client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": p}],
+                                              max_tokens=MAX_TOKENS, temperature=0).choices[0].message.content
+               for p in prompts[:4]]
     return {
         "ids": [out["output_ids"] for out in native],
         "texts": [out["text"] for out in native],
         "stopped": [(c.choices[0].text, c.choices[0].finish_reason, c.usage.completion_tokens) for c in completions],
         "short": [(c.choices[0].text, c.usage.completion_tokens) for c in short],
         "streamed": streamed,
+        "chatted": chatted,
         "verify_steps": [out["meta_info"].get("spec_verify_ct") for out in native],
     }
 
@@ -72,6 +76,7 @@ def test_lossless_mode_equals_plain_server(engine_dir, prompts, plain, mode, con
     assert got["stopped"] == plain["stopped"]
     assert got["short"] == plain["short"]
     assert got["streamed"] == plain["texts"][:4] == plain["streamed"]
+    assert got["chatted"] == plain["chatted"]
     assert all(len(ids) <= MAX_TOKENS for ids in got["ids"])
     assert sum(got["verify_steps"]) < len(prompts) * (MAX_TOKENS - 1)  # some drafts accepted: windows really ran
     assert all(steps is None for steps in plain["verify_steps"])
@@ -83,7 +88,7 @@ def refusal(args: list[str], model) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--decode-mode", "wedlm"], "invalid choice: 'wedlm'"),
+    (["--decode-mode", "huginn"], "invalid choice: 'huginn'"),
     (["--decode-mode", "jacobi", "--decode-config", "{bad"], "config is not valid JSON"),
     (["--decode-mode", "jacobi", "--decode-config", '{"block_size": 0}'], "block_size must be a positive integer"),
     (["--decode-mode", "diffusion_self", "--decode-config", '{"window": 4}'], "unknown field(s) ['window']"),

@@ -1,0 +1,139 @@
+"""Modes whose own rule commits (WeDLM windows, NLD block diffusion) on SGLang: each request keeps its `common/`
+decoder, every decode step forwards the decoder's planned window and the decoder's commits are the step's tokens
+(possibly none), sampled with the decoder's own seeded generator as `common.generate` samples.
+
+SGLang holds the KV of all its tokens but the last; a decoder may count more tokens as cached than SGLang's
+pool has (KV written in scratch slots, or never written). Those rows are recomputed at the front of the next
+window (`common.window.after_rows`), and a token is handed to SGLang only once the KV before it is in the pool.
+"""
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from common.decoder import Decoder, Limits
+from common.methods import make_decoder
+from common.window import Forward, after_rows
+from sglang_plugin.worker import PluginWorker, sampling_of
+
+
+@dataclass
+class CommitRequest:
+    """A request's decoder and how many of its leading tokens have their KV in SGLang's pool."""
+
+    decoder: Decoder
+    pooled: int
+    emitted_before: int = 0
+    planned: Forward | None = None
+
+    def window(self) -> Forward:
+        """The decoder's next forward (none once it finished) after the cached rows the pool lacks."""
+        decoder = self.decoder
+        self.planned = None if decoder.finished else decoder.next_forward()
+        cached = decoder.cache_len if self.planned is not None else decoder.num_tokens - 1
+        return after_rows(self.planned, decoder.tokens[self.pooled : cached], self.pooled)
+
+    def digest(self, window: Forward, logits: torch.Tensor) -> None:
+        """Feed the decoder its rows of the window's logits; the window's KV is now pooled."""
+        if self.planned is None:
+            self.pooled += window.num_tokens
+            return
+        self.decoder.apply(logits[window.logit_rows.to(logits.device)].float().cpu())
+        self.pooled = self.decoder.cache_len
+
+    def emittable(self, emitted: int) -> list[int]:
+        """Committed tokens SGLang may take now, `emitted` being its output length: every token before the last
+        must have its KV pooled."""
+        decoder = self.decoder
+        end = min(len(decoder.output), self.pooled - len(decoder.prompt) + 1)
+        return decoder.output[emitted - self.emitted_before : end]
+
+
+class CommitWorker(PluginWorker):
+    non_draft_tokens = 0
+
+    def forward_batch_generation(self, batch: Any, on_publish: Any = None, pp_proxy_tensors: Any = None) -> Any:
+        if not batch.forward_mode.is_decode():
+            return self.prefill(batch, on_publish)
+        self.forget(batch)
+        states = [self.requests[req.rid] for req in batch.reqs]
+        self.step(batch, states)
+        committed = [state.emittable(len(req.output_ids)) for req, state in zip(batch.reqs, states, strict=True)]
+        return self.result(batch, committed, on_publish)
+
+    def step(self, batch: Any, states: list[CommitRequest | None], scratch: bool = False) -> None:
+        """One forward of every given request's window (None: padding only), in SGLang's reserved slots or,
+        during a prefill, in scratch slots freed right after."""
+        windows = [None if state is None else state.window() for state in states]
+        width = max([1, *(w.num_tokens for w in windows if w is not None)])
+        starts = torch.tensor([int(n) if state is None else state.pooled
+                               for n, state in zip(batch.seq_lens.tolist(), states, strict=True)])
+        tokens = torch.zeros(len(states), width, dtype=torch.long)
+        positions = starts[:, None] + torch.arange(width)
+        visible = torch.eye(width, dtype=torch.bool).repeat(len(states), 1, 1)
+        for row, window in enumerate(windows):
+            if window is not None:
+                n = window.num_tokens
+                tokens[row, :n], positions[row, :n], visible[row, :n, :n] = (
+                    window.token_ids, window.positions, window.visibility())
+        locations = self.scratch(batch, starts, width) if scratch else None
+        if locations is None:
+            self.check_reserved(batch, starts + width)
+        try:
+            logits = self.run_window(batch, tokens, visible, positions, starts, locations)
+        finally:
+            if locations is not None:
+                self.token_to_kv_pool_allocator.free(locations.flatten())
+        for row, (state, window) in enumerate(zip(states, windows, strict=True)):
+            if state is not None:
+                state.digest(window, logits[row])
+
+    def scratch(self, batch: Any, starts: torch.Tensor, width: int) -> torch.Tensor:
+        """Fresh slots for a window past each prompt, entered in SGLang's table (its later allocation
+        overwrites the entries)."""
+        slots = self.token_to_kv_pool_allocator.alloc(len(starts) * width)
+        if slots is None:
+            raise RuntimeError("KV cache full: no scratch slots for the first windows of a prefill batch")
+        slots = slots.view(len(starts), width)
+        physical = starts[:, None].to(slots.device) + torch.arange(width, device=slots.device)
+        table = self.req_to_token_pool.req_to_token
+        table[batch.req_pool_indices[:, None].long(), physical] = slots.to(table.dtype)
+        return slots
+
+    def check_reserved(self, batch: Any, ends: torch.Tensor) -> None:
+        """Windows must end inside the KV SGLang allocated for each request this step."""
+        for req, end in zip(batch.reqs, ends.tolist(), strict=True):
+            if end > req.kv.kv_allocated_len:
+                raise RuntimeError(f"a window runs to position {end}, past the {req.kv.kv_allocated_len} KV slots "
+                                   "SGLang reserved (speculative_num_draft_tokens too small for the mode)")
+
+    def prefill(self, batch: Any, on_publish: Any) -> Any:
+        """SGLang's prefill, whose last-row logits the decoders of requests completing their prompt digest; then
+        windows in scratch slots until each has a first token for SGLang (their KV is recomputed later).
+
+        A retracted request comes back as a prefill of its prompt and output: its decoder restarts from there."""
+        result = self._target_worker.forward_batch_generation(batch, is_verify=True)
+        logits = result.logits_output.next_token_logits
+        first = torch.zeros(len(batch.reqs), dtype=torch.int64, device=self.device)
+        states: list[CommitRequest | None] = []
+        for row, (req, length) in enumerate(zip(batch.reqs, batch.seq_lens.tolist(), strict=True)):
+            prompt = list(req.origin_input_ids) + list(req.output_ids)
+            if length != len(prompt):
+                states.append(None)
+                continue
+            limits = Limits(max_tokens=req.sampling_params.max_new_tokens - len(req.output_ids))
+            decoder = make_decoder(self.mode, self.config, prompt, sampling_of(req), limits)
+            forward = decoder.next_forward()
+            decoder.apply(logits[row][None][forward.logit_rows - (len(prompt) - 1)].float().cpu())
+            states.append(CommitRequest(decoder, len(prompt), len(req.output_ids)))
+        while any(waiting := [s if s is not None and not s.decoder.output else None for s in states]):
+            self.step(batch, waiting, scratch=True)
+            for state in states:
+                if state is not None:
+                    state.pooled = len(state.decoder.prompt)
+        for row, (req, state) in enumerate(zip(batch.reqs, states, strict=True)):
+            if state is not None:
+                self.requests[req.rid] = state
+                first[row] = state.decoder.output[0]
+        return self.prefill_result(batch, result, first, on_publish)

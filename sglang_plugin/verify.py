@@ -1,0 +1,66 @@
+"""Lossless modes on SGLang: each decode step forwards `[seed, drafts]` per request (chain-causal) and verifies
+it with `common.acceptance.verify`; the unaccepted tail's KV is simply overwritten next step.
+
+Prefill and extend batches run as SGLang runs them, its sampled token opening the first window. Which drafts a
+request carries is the mode's business (`sglang_plugin.drafters`), which may run extra windows of its own.
+"""
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from common.acceptance import verify
+from common.sampling import SamplingParams
+from sglang_plugin.worker import PluginWorker, sampling_of
+
+
+@dataclass
+class Drafts:
+    """One request's drafts for this step and, when they were sampled, the proposal they were drawn from."""
+
+    tokens: list[int]
+    probs: torch.Tensor | None = None
+
+
+@dataclass
+class RequestState:
+    """What a request keeps between steps: its sampling, its generator, and the mode's own state."""
+
+    sampling: SamplingParams
+    generator: torch.Generator
+    mode_state: dict[str, Any] = field(default_factory=dict)
+
+
+class VerifyWorker(PluginWorker):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        from sglang_plugin.drafters import make_drafter
+
+        self.drafter = make_drafter(self.mode, self.config, self)
+
+    def state(self, req: Any) -> RequestState:
+        if req.rid not in self.requests:
+            sampling = sampling_of(req)
+            self.requests[req.rid] = RequestState(sampling, sampling.generator())
+        return self.requests[req.rid]
+
+    def forward_batch_generation(self, batch: Any, on_publish: Any = None, pp_proxy_tensors: Any = None) -> Any:
+        if not batch.forward_mode.is_decode():
+            result = self._target_worker.forward_batch_generation(batch, pp_proxy_tensors=None)
+            return self.prefill_result(batch, result, result.next_token_ids, on_publish)
+        self.forget(batch)
+        states = [self.state(req) for req in batch.reqs]
+        seeds = [req.output_ids[-1] for req in batch.reqs]
+        drafts = self.drafter.draft(batch, batch.reqs, states, seeds)
+        tokens = torch.tensor([[seed, *d.tokens] + [seed] * (self.width - 1 - len(d.tokens))
+                               for seed, d in zip(seeds, drafts, strict=True)])
+        chain = torch.ones(self.width, self.width, dtype=torch.bool).tril().expand(len(seeds), -1, -1)
+        logits = self.run_window(batch, tokens, chain).float()
+        committed = []
+        for row, (state, d) in enumerate(zip(states, drafts, strict=True)):
+            rows = logits[row, : len(d.tokens) + 1].cpu()
+            committed.append(verify(torch.tensor(d.tokens, dtype=torch.long), rows, state.sampling, state.generator,
+                                    d.probs))
+        self.drafter.after_verify(batch.reqs, states, logits, drafts, committed)
+        return self.result(batch, committed, on_publish)

@@ -1,0 +1,106 @@
+"""SGLang with `--decode-mode wedlm` and `--decode-mode diffusion` returns exactly the tokens of
+`python -m common.generate` with the same method, config and seed, greedy and sampled, for 32 prompts in flight;
+stop tokens and max_tokens end a request inside a window as the reference decoder ends it; the OpenAI endpoints
+(completions with stop strings, streaming, chat) give the text `/generate` gives.
+
+Runs in the SGLang environment (see `tests/test_sglang_server.py`)."""
+
+import json
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+if os.environ.get("PD_REQUIRE_SGLANG") != "1":
+    pytest.importorskip("sglang")
+
+from common.checkpoint import load
+from common.decoder import Limits
+from common.methods import make_decoder, parse_config
+from common.runner import ReferenceRunner
+from common.sampling import SamplingParams
+from scripts.sglang_server import sglang_server
+from tests.test_sglang_server import generate
+
+MAX_TOKENS = 29
+STOP_AT = 9
+SEED = 7
+SPECS = [
+    {"method": "wedlm", "window": 4, "entropy_threshold": 0.4, "distance_penalty": 0.02},
+    {"method": "wedlm", "window": 8, "entropy_threshold": 5.0, "distance_penalty": 0.02},
+    {"method": "diffusion", "block_size": 4, "confidence_threshold": 0.5},
+    {"method": "diffusion", "block_size": 8, "confidence_threshold": 0.1},
+]
+
+
+def settings(spec: dict) -> str:
+    return json.dumps({k: v for k, v in spec.items() if k != "method"})
+
+
+def reference(model_dir, spec: dict, prompts: list[str], tmp_path, temperature: float) -> list[list[int]]:
+    """`python -m common.generate` on the prompts (EOS from the checkpoint, one seed for every prompt)."""
+    prompts_file, out = tmp_path / "prompts.txt", tmp_path / f"out-{temperature}.json"
+    prompts_file.write_text("\n".join(prompts) + "\n")
+    cmd = [sys.executable, "-m", "common.generate", "--model", str(model_dir), "--method", spec["method"],
+           "--config", settings(spec), "--max-tokens", str(MAX_TOKENS), "--temperature", str(temperature),
+           "--seed", str(SEED), "--prompts-file", str(prompts_file), "--json", str(out)]
+    subprocess.run(cmd, check=True, capture_output=True)
+    return [record["token_ids"] for record in json.loads(out.read_text())]
+
+
+def stop_cases(model_dir, spec: dict, prompts: list[str]) -> list[tuple[str, dict, list[int]]]:
+    """(prompt, SGLang sampling params, the reference decoder's tokens): a stop token taken from inside the
+    output, and max_tokens 7, both greedy."""
+    model, tokenizer = load(model_dir)
+    config = parse_config(spec["method"], json.loads(settings(spec)), mask_token_id=model.config.mask_token_id)
+    runner = ReferenceRunner(model)
+    cases = []
+
+    def run(ids: list[int], limits: Limits) -> list[int]:
+        return runner.run(make_decoder(spec["method"], config, ids, SamplingParams(), limits)).token_ids
+
+    for prompt in prompts:
+        ids = tokenizer.encode(prompt)
+        eos = run(ids, Limits(MAX_TOKENS))[STOP_AT]
+        cases += [(prompt, {"stop_token_ids": [eos]}, run(ids, Limits(MAX_TOKENS, (eos,)))),
+                  (prompt, {"max_new_tokens": 7}, run(ids, Limits(7)))]
+    return cases
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: "-".join(f"{v}" for v in s.values()))
+def test_equals_reference(engine_dir, prompts, tmp_path, spec):
+    model = engine_dir["qwen3"]
+    expected = {t: reference(model, spec, prompts, tmp_path, t) for t in (0.0, 1.0)}
+    stops = stop_cases(model, spec, prompts[:8]) if spec in (SPECS[1], SPECS[3]) else []
+    with sglang_server(model, spec["method"], settings(spec)) as client, ThreadPoolExecutor(len(prompts)) as pool:
+        got = {t: [out["output_ids"] for out in pool.map(
+            lambda p, t=t: generate(client, p, temperature=t, sampling_seed=SEED), prompts)] for t in expected}
+        stopped = list(pool.map(lambda case: generate(client, case[0], **case[1])["output_ids"], stops))
+    assert got == expected
+    assert stopped == [tokens for _, _, tokens in stops]
+    assert any(len(tokens) < MAX_TOKENS and len(tokens) != 7 for _, _, tokens in stops) or not stops
+
+
+@pytest.mark.parametrize("spec", [SPECS[0], SPECS[2]], ids=["wedlm", "diffusion"])
+def test_openai_endpoints_give_the_generate_text(engine_dir, prompts, spec):
+    model = engine_dir["qwen3"]
+    _, tokenizer = load(model)
+    chats = [[{"role": "user", "content": p}] for p in prompts[:8]]
+    with sglang_server(model, spec["method"], settings(spec)) as client, ThreadPoolExecutor(8) as pool:
+        full = [out["text"] for out in pool.map(lambda p: generate(client, p), prompts[:8])]
+        stops = [text[len(text) // 2 : len(text) // 2 + 3] for text in full]
+        stopped = list(pool.map(lambda ps: client.completions.create(
+            model="tiny", prompt=ps[0], max_tokens=MAX_TOKENS, temperature=0, stop=[ps[1]]).choices[0],
+            zip(prompts, stops, strict=False)))
+        streamed = list(pool.map(lambda p: "".join(chunk.choices[0].text for chunk in client.completions.create(
+            model="tiny", prompt=p, max_tokens=MAX_TOKENS, temperature=0, stream=True)), prompts[:8]))
+        chatted = list(pool.map(lambda m: client.chat.completions.create(
+            model="tiny", messages=m, max_tokens=MAX_TOKENS, temperature=0).choices[0].message.content, chats))
+        templated = list(pool.map(lambda m: generate(client, tokenizer.apply_chat_template(
+            m, tokenize=False, add_generation_prompt=True))["text"], chats))
+    assert [(c.text, c.finish_reason) for c in stopped] == [(t[: t.index(s)], "stop") for t, s in zip(full, stops,
+                                                                                                      strict=True)]
+    assert streamed == full
+    assert chatted == templated

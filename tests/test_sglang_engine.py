@@ -1,0 +1,57 @@
+"""SGLang's offline `sglang.Engine` takes `decode_mode` and `decode_config` keyword arguments: a batch decoded
+with WeDLM equals `common/`'s reference decoder token for token; bad settings raise before any model loads.
+
+Runs in the SGLang environment (see `tests/test_sglang_server.py`)."""
+
+import os
+import re
+
+import pytest
+
+if os.environ.get("PD_REQUIRE_SGLANG") != "1":
+    pytest.importorskip("sglang")
+
+import sglang
+
+from common.checkpoint import load
+from common.decoder import Limits
+from common.errors import ConfigError
+from common.methods import make_decoder, parse_config
+from common.runner import ReferenceRunner
+from common.sampling import SamplingParams
+from scripts.sglang_server import CPU_KWARGS, cpu_env
+
+CONFIG = {"window": 4, "entropy_threshold": 0.4}
+
+
+@pytest.fixture
+def cpu_engine_env(monkeypatch):
+    for name, value in cpu_env().items():
+        monkeypatch.setenv(name, value)
+
+
+def test_engine_keywords_equal_reference(engine_dir, prompts, cpu_engine_env):
+    model, tokenizer = load(engine_dir["qwen3"])
+    config = parse_config("wedlm", CONFIG, mask_token_id=model.config.mask_token_id)
+    ids = [tokenizer.encode(prompt) for prompt in prompts[:8]]
+    expected = [ReferenceRunner(model).run(make_decoder("wedlm", config, p, SamplingParams(), Limits(20))).token_ids
+                for p in ids]
+    engine = sglang.Engine(model_path=str(engine_dir["qwen3"]), decode_mode="wedlm", decode_config=CONFIG,
+                           **CPU_KWARGS)
+    try:
+        outputs = engine.generate(input_ids=ids, sampling_params={"temperature": 0, "max_new_tokens": 20,
+                                                                  "ignore_eos": True})
+    finally:
+        engine.shutdown()
+    assert [out["output_ids"] for out in outputs] == expected
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"decode_mode": "huginn"}, "decode_mode must be one of"),
+    ({"decode_config": {"window": 4}}, "decode_config needs decode_mode"),
+    ({"decode_mode": "wedlm", "decode_config": {"window": 0}}, "window must be a positive integer"),
+    ({"decode_mode": "wedlm", "decode_config": {"block_size": 4}}, "unknown field(s) ['block_size']"),
+], ids=["unknown-mode", "config-without-mode", "bad-value", "unknown-field"])
+def test_engine_bad_keywords_raise(engine_dir, cpu_engine_env, kwargs, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        sglang.Engine(model_path=str(engine_dir["qwen3"]), **kwargs, **CPU_KWARGS)
