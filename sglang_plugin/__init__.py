@@ -12,13 +12,15 @@ def register() -> None:
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
     from sglang.srt.speculative.spec_registry import get_spec
 
-    from sglang_plugin import attention, cli
+    from sglang_plugin import attention, cli, requests
     from sglang_plugin.cpu_ops import register_missing_ops
 
     register_missing_ops()
     attention.register()
     HookRegistry.register("sglang.srt.server_args.ServerArgs.add_cli_args", cli.add_cli_args, HookType.AFTER)
     HookRegistry.register("sglang.srt.server_args.ServerArgs.from_cli_args", cli.from_cli_args, HookType.AROUND)
+    HookRegistry.register("sglang.srt.managers.tokenizer_manager.TokenizerManager._validate_one_request",
+                          requests.check_request, HookType.BEFORE)
     for name in cli.ALGORITHMS.values():
         if get_spec(name) is None:
             SpeculativeAlgorithm.register(name, spec_class=spec_class())(worker_class)

@@ -1,7 +1,8 @@
 """SGLang with `--decode-mode wedlm` and `--decode-mode diffusion` returns exactly the tokens of
 `python -m common.generate` with the same method, config and seed, greedy and sampled, for 32 prompts in flight;
 stop tokens and max_tokens end a request inside a window as the reference decoder ends it; the OpenAI endpoints
-(completions with stop strings, streaming, chat) give the text `/generate` gives.
+(completions with stop strings, streaming, chat) give the text `/generate` gives; settings the modes do not apply
+(logprobs, penalties) are refused per request with a 400.
 
 Runs in the SGLang environment (see `tests/test_sglang_server.py`)."""
 
@@ -9,8 +10,10 @@ import json
 import os
 import subprocess
 import sys
+import urllib.error
 from concurrent.futures import ThreadPoolExecutor
 
+import openai
 import pytest
 
 if os.environ.get("PD_REQUIRE_SGLANG") != "1":
@@ -100,7 +103,13 @@ def test_openai_endpoints_give_the_generate_text(engine_dir, prompts, spec):
             model="tiny", messages=m, max_tokens=MAX_TOKENS, temperature=0).choices[0].message.content, chats))
         templated = list(pool.map(lambda m: generate(client, tokenizer.apply_chat_template(
             m, tokenize=False, add_generation_prompt=True))["text"], chats))
+        with pytest.raises(openai.BadRequestError, match="logprobs"):
+            client.completions.create(model="tiny", prompt=prompts[0], max_tokens=4, logprobs=2)
+        with pytest.raises(urllib.error.HTTPError, match="400"):
+            generate(client, prompts[0], repetition_penalty=1.3)
+        again = generate(client, prompts[0])["text"]
     assert [(c.text, c.finish_reason) for c in stopped] == [(t[: t.index(s)], "stop") for t, s in zip(full, stops,
                                                                                                       strict=True)]
     assert streamed == full
     assert chatted == templated
+    assert again == full[0]  # the refused requests left the server serving

@@ -1,0 +1,29 @@
+"""Per-request settings our modes do not apply, refused before a request is queued (SGLang answers 400 with the
+message) instead of being ignored or failing inside the scheduler."""
+
+from typing import Any
+
+# SGLang sampling parameters our decoders do not apply, with the value that leaves them off.
+NEUTRAL_SAMPLING = {"min_p": 0.0, "frequency_penalty": 0.0, "presence_penalty": 0.0, "repetition_penalty": 1.0,
+                    "min_new_tokens": 0, "json_schema": None, "regex": None, "ebnf": None, "structural_tag": None,
+                    "logit_bias": None, "beam_width": None, "watermark": None}
+
+
+def check_request(manager: Any, obj: Any, *_: Any, **__: Any) -> None:
+    """BEFORE hook on `TokenizerManager._validate_one_request` (one request; does nothing without a mode)."""
+    settings = getattr(manager.server_args, "_decode_settings", None)
+    if settings is None or not hasattr(obj, "return_logprob"):
+        return
+    from sglang_plugin.cli import decode_settings
+
+    mode = decode_settings(manager.server_args)[0]
+    if obj.return_logprob:
+        raise ValueError(f"return_logprob (logprobs) is not supported with --decode-mode {mode}")
+    if obj.custom_logit_processor:
+        raise ValueError(f"custom_logit_processor is not supported with --decode-mode {mode}")
+    params = obj.sampling_params or {}
+    for name, neutral in NEUTRAL_SAMPLING.items():
+        value = params.get(name)
+        if value is not None and value != neutral and value != {}:
+            raise ValueError(f"sampling_params.{name} is not applied with --decode-mode {mode}: leave it unset or "
+                             f"{neutral!r}, got {value!r}")
