@@ -6,5 +6,5 @@ cd "$(dirname "$0")/.."
 VENV=${SGLANG_VENV:-.venv-sglang}
 [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
 "$VENV/bin/python" -m pip install -q --upgrade pip
-"$VENV/bin/python" -m pip install -q "sglang==0.5.23" "pytest>=8" "openai>=1.0"
+"$VENV/bin/python" -m pip install -q "sglang==0.5.23" "pytest>=8" "openai>=1.0" "matplotlib>=3.8"
 "$VENV/bin/python" -m pip install -q --no-deps -e . --config-settings editable_mode=compat

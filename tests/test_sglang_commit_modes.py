@@ -1,6 +1,7 @@
 """SGLang with `--decode-mode wedlm` and `--decode-mode diffusion` returns exactly the tokens of
 `python -m common.generate` with the same method, config and seed, greedy and sampled, for 32 prompts in flight;
-stop tokens and max_tokens end a request inside a window as the reference decoder ends it; the OpenAI endpoints
+stop tokens and max_tokens end a request inside a window as the reference decoder ends it; the KV the modes commit,
+reused through SGLang's radix cache, continues as a fresh prefill would; the OpenAI endpoints
 (completions with stop strings, streaming, chat) give the text `/generate` gives; settings the modes do not apply
 (logprobs, penalties) are refused per request with a 400.
 
@@ -72,17 +73,34 @@ def stop_cases(model_dir, spec: dict, prompts: list[str]) -> list[tuple[str, dic
     return cases
 
 
+def continuation(client, model_dir, spec: dict, prompts: list[str], outputs: list[dict]) -> bool:
+    """The KV a mode committed, reused through SGLang's radix cache: prompt + output sent again as a prompt hits
+    the cache for all of it and continues as the reference decoder continues from a fresh prefill."""
+    model, tokenizer = load(model_dir)
+    config = parse_config(spec["method"], json.loads(settings(spec)), mask_token_id=model.config.mask_token_id)
+    for prompt, out in zip(prompts, outputs, strict=True):
+        ids = tokenizer.encode(prompt) + out["output_ids"]
+        again = generate(client, ids, max_new_tokens=8, ignore_eos=True)
+        decoder = make_decoder(spec["method"], config, ids, SamplingParams(), Limits(8))
+        assert again["output_ids"] == ReferenceRunner(model).run(decoder).token_ids
+        assert again["meta_info"]["cached_tokens"] >= len(ids) - 1
+    return True
+
+
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: "-".join(f"{v}" for v in s.values()))
 def test_equals_reference(engine_dir, prompts, tmp_path, spec):
     model = engine_dir["qwen3"]
     expected = {t: reference(model, spec, prompts, tmp_path, t) for t in (0.0, 1.0)}
     stops = stop_cases(model, spec, prompts[:8]) if spec in (SPECS[1], SPECS[3]) else []
-    with sglang_server(model, spec["method"], settings(spec)) as client, ThreadPoolExecutor(len(prompts)) as pool:
-        got = {t: [out["output_ids"] for out in pool.map(
-            lambda p, t=t: generate(client, p, temperature=t, sampling_seed=SEED), prompts)] for t in expected}
+    requests = [(p, t) for t in expected for p in prompts]  # greedy and sampled requests batched together
+    with sglang_server(model, spec["method"], settings(spec)) as client, ThreadPoolExecutor(len(requests)) as pool:
+        outputs = list(pool.map(lambda r: generate(client, r[0], temperature=r[1], sampling_seed=SEED), requests))
         stopped = list(pool.map(lambda case: generate(client, case[0], **case[1])["output_ids"], stops))
+        continued = continuation(client, model, spec, prompts[:4], outputs[:4])
+    got = {t: [out["output_ids"] for (_, rt), out in zip(requests, outputs, strict=True) if rt == t] for t in expected}
     assert got == expected
     assert stopped == [tokens for _, _, tokens in stops]
+    assert continued
     assert any(len(tokens) < MAX_TOKENS and len(tokens) != 7 for _, _, tokens in stops) or not stops
 
 

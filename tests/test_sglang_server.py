@@ -27,10 +27,11 @@ MODES = [
 ]
 
 
-def generate(client, prompt: str, **params) -> dict:
-    """SGLang's native `/generate` (token ids and SGLang's own verify-step count)."""
+def generate(client, prompt: str | list[int], **params) -> dict:
+    """SGLang's native `/generate` on a text or token-id prompt (token ids and SGLang's own step counts)."""
     url = str(client.base_url).removesuffix("/").removesuffix("/v1") + "/generate"
-    body = json.dumps({"text": prompt, "sampling_params": {"temperature": 0, "max_new_tokens": MAX_TOKENS, **params}})
+    body = json.dumps({"text" if isinstance(prompt, str) else "input_ids": prompt,
+                       "sampling_params": {"temperature": 0, "max_new_tokens": MAX_TOKENS, **params}})
     request = urllib.request.Request(url, data=body.encode(), headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=300) as response:
         return json.load(response)
