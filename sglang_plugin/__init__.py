@@ -1,5 +1,6 @@
 """SGLang plugin (`sglang.srt.plugins` entry point): `--decode-mode` on `sglang.launch_server`, our speculative
-workers, a CPU attention backend for verify windows, and plain-torch stand-ins for missing CPU kernel ops.
+workers, a CPU attention backend for verify windows, plain-torch stand-ins for missing CPU kernel ops, and WeDLM /
+NLD checkpoints without remote code.
 
 Loaded by SGLang in the launching process and in every scheduler process. Without `--decode-mode` nothing is
 selected and SGLang runs as without the plugin (the backend and algorithms are only registered, never chosen).
@@ -12,10 +13,12 @@ def register() -> None:
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
     from sglang.srt.speculative.spec_registry import get_spec
 
+    from common.checkpoint_configs import register_configs
     from sglang_plugin import attention, cli, requests
     from sglang_plugin.cpu_ops import register_missing_ops
 
     register_missing_ops()
+    register_configs()
     attention.register()
     HookRegistry.register("sglang.srt.server_args.ServerArgs.add_cli_args", cli.add_cli_args, HookType.AFTER)
     HookRegistry.register("sglang.srt.server_args.ServerArgs.from_cli_args", cli.from_cli_args, HookType.AROUND)

@@ -14,6 +14,7 @@ from typing import Any
 from common.draft_layout import complete_config
 from common.errors import ConfigError
 from common.methods import parse_config
+from sglang_plugin.checkpoints import select_models
 
 # Modes served on SGLang, each as a registered speculative algorithm.
 ALGORITHMS = {"diffusion_self": "PD_DIFFUSION_SELF", "jacobi": "PD_JACOBI", "wedlm": "PD_WEDLM",
@@ -34,6 +35,7 @@ def add_cli_args(result: Any, parser: Any) -> None:
 
 def from_cli_args(original: Any, cls: Any, args: Any) -> Any:
     """AROUND hook on `ServerArgs.from_cli_args`: rewrite our flags into SGLang's fields, then build the args."""
+    select_models(args.model_path)
     mode, settings = getattr(args, "decode_mode", None), getattr(args, "decode_config", None)
     for name in ("decode_mode", "decode_config"):
         if hasattr(args, name):
@@ -59,6 +61,8 @@ def server_args_from_keywords(**kwargs: Any) -> Any:
     `Engine(model_path=..., decode_mode="wedlm", decode_config={...})`. Bad ones raise `ConfigError`."""
     from sglang.srt.server_args import ServerArgs
 
+    if "model_path" in kwargs:
+        select_models(kwargs["model_path"])
     mode, settings = kwargs.pop("decode_mode", None), kwargs.pop("decode_config", None)
     if mode is None:
         if settings is not None:

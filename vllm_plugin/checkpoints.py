@@ -1,46 +1,15 @@
-"""Make WeDLM and Nemotron-Labs-Diffusion checkpoints loadable without their remote code.
-
-WeDLM (`WeDLMForCausalLM`, model_type `wedlm`) keeps Qwen weights unchanged: Qwen2.5-shaped with qkv bias (WeDLM-7B)
-or Qwen3-shaped with q/k norm (WeDLM-8B). NLD (`NemotronLabsDiffusionModel`, model_type `nemotron_labs_diffusion`)
-is Ministral3 under other weight names. The registration is additive: vLLM knows none of these names, so nothing it
-served before changes.
+"""Make WeDLM and Nemotron-Labs-Diffusion checkpoints loadable in vLLM without their remote code: the configs of
+`common.checkpoint_configs`, the architectures as stock vLLM classes (`vllm_plugin.models`). The registration is
+additive: vLLM knows none of these names, so nothing it served before changes.
 """
 
-from typing import Any
-
-from transformers import AutoConfig, Ministral3Config, Qwen3Config
-from transformers.models.auto.configuration_auto import CONFIG_MAPPING
-
-from common.checkpoint import NLD_MODEL_TYPE
-
-
-class WeDLMConfig(Qwen3Config):
-    """WeDLM's config fields (Qwen3's, plus `attention_bias` for the Qwen2.5 shape) under its own model_type."""
-
-    model_type = "wedlm"
-
-
-class NemotronLabsDiffusionConfig(Ministral3Config):
-    """NLD's config fields (Ministral3's, plus `mask_token_id`, `block_size`, `dlm_type`) under its own model_type."""
-
-    model_type = NLD_MODEL_TYPE
-
-    @property
-    def llama_4_scaling(self) -> dict[str, Any] | None:
-        """The query scaling vLLM's Mistral attention reads, from where Ministral3 keeps it (`rope_parameters`)."""
-        rope = self.rope_parameters or {}
-        if rope.get("llama_4_scaling_beta") is None:
-            return None
-        return {"beta": rope["llama_4_scaling_beta"],
-                "original_max_position_embeddings": rope["original_max_position_embeddings"]}
+from common.checkpoint_configs import register_configs
 
 
 def register() -> None:
     """Register the configs with transformers and the architectures with vLLM (lazily imported); idempotent."""
     from vllm import ModelRegistry
 
-    for config in (WeDLMConfig, NemotronLabsDiffusionConfig):
-        if config.model_type not in CONFIG_MAPPING:
-            AutoConfig.register(config.model_type, config)
+    register_configs()
     ModelRegistry.register_model("WeDLMForCausalLM", "vllm_plugin.models:WeDLMForCausalLM")
     ModelRegistry.register_model("NemotronLabsDiffusionModel", "vllm_plugin.models:NemotronLabsDiffusionForCausalLM")
