@@ -13,7 +13,7 @@ if os.environ.get("PD_REQUIRE_SGLANG") != "1":
     pytest.importorskip("sglang")
 
 from scripts.sglang_server import sglang_server
-from tests.test_sglang_commit_modes import reference, settings
+from tests.reference_cli import reference, settings
 from tests.test_sglang_server import generate
 
 CASES = [

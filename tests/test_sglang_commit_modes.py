@@ -9,8 +9,6 @@ Runs in the SGLang environment (see `tests/test_sglang_server.py`)."""
 
 import json
 import os
-import subprocess
-import sys
 import urllib.error
 from concurrent.futures import ThreadPoolExecutor
 
@@ -26,32 +24,16 @@ from common.methods import make_decoder, parse_config
 from common.runner import ReferenceRunner
 from common.sampling import SamplingParams
 from scripts.sglang_server import sglang_server
+from tests.reference_cli import MAX_TOKENS, SEED, reference, settings
 from tests.test_sglang_server import generate
 
-MAX_TOKENS = 29
 STOP_AT = 9
-SEED = 7
 SPECS = [
     {"method": "wedlm", "window": 4, "entropy_threshold": 0.4, "distance_penalty": 0.02},
     {"method": "wedlm", "window": 8, "entropy_threshold": 5.0, "distance_penalty": 0.02},
     {"method": "diffusion", "block_size": 4, "confidence_threshold": 0.5},
     {"method": "diffusion", "block_size": 8, "confidence_threshold": 0.1},
 ]
-
-
-def settings(spec: dict) -> str:
-    return json.dumps({k: v for k, v in spec.items() if k != "method"})
-
-
-def reference(model_dir, spec: dict, prompts: list[str], tmp_path, temperature: float) -> list[list[int]]:
-    """`python -m common.generate` on the prompts (EOS from the checkpoint, one seed for every prompt)."""
-    prompts_file, out = tmp_path / "prompts.txt", tmp_path / f"out-{temperature}.json"
-    prompts_file.write_text("\n".join(prompts) + "\n")
-    cmd = [sys.executable, "-m", "common.generate", "--model", str(model_dir), "--method", spec["method"],
-           "--config", settings(spec), "--max-tokens", str(MAX_TOKENS), "--temperature", str(temperature),
-           "--seed", str(SEED), "--prompts-file", str(prompts_file), "--json", str(out)]
-    subprocess.run(cmd, check=True, capture_output=True)
-    return [record["token_ids"] for record in json.loads(out.read_text())]
 
 
 def stop_cases(model_dir, spec: dict, prompts: list[str]) -> list[tuple[str, dict, list[int]]]:

@@ -3,8 +3,6 @@ method, config and seed, under greedy decoding and under sampling, with EOS, sto
 window, and reports WeDLM's p_cache and tokens per forward through its spec-decode counters."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -18,7 +16,8 @@ from common.decoder import Limits
 from common.methods import make_decoder, parse_config
 from common.runner import ReferenceRunner
 from common.sampling import SamplingParams as ReferenceSampling
-from tests.test_vllm_lossless import MAX_TOKENS, STOP_AT
+from tests.reference_cli import MAX_TOKENS, SEED, reference, settings
+from tests.test_vllm_lossless import STOP_AT
 from vllm_plugin.commit import CommitProposer
 from vllm_plugin.metrics import acceptance
 
@@ -28,22 +27,6 @@ SPECS = [
     {"method": "diffusion", "block_size": 4, "confidence_threshold": 0.5},
     {"method": "diffusion", "block_size": 8, "confidence_threshold": 0.1},
 ]
-SEED = 7
-
-
-def settings(spec: dict) -> str:
-    return json.dumps({k: v for k, v in spec.items() if k != "method"})
-
-
-def reference(model_dir, spec: dict, prompts: list[str], tmp_path, temperature: float) -> list[list[int]]:
-    """`python -m common.generate` on the prompts (EOS from the checkpoint, one seed for every prompt)."""
-    prompts_file, out = tmp_path / "prompts.txt", tmp_path / "out.json"
-    prompts_file.write_text("\n".join(prompts) + "\n")
-    cmd = [sys.executable, "-m", "common.generate", "--model", str(model_dir), "--method", spec["method"],
-           "--config", settings(spec), "--max-tokens", str(MAX_TOKENS), "--temperature", str(temperature),
-           "--seed", str(SEED), "--prompts-file", str(prompts_file), "--json", str(out)]
-    subprocess.run(cmd, check=True, capture_output=True)
-    return [record["token_ids"] for record in json.loads(out.read_text())]
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0], ids=["greedy", "sampled"])

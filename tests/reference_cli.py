@@ -1,0 +1,26 @@
+"""The oracle the engine tests of the commit-rule methods compare against: `python -m common.generate`."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+MAX_TOKENS = 29
+SEED = 7
+
+
+def settings(spec: dict) -> str:
+    """A method spec `{"method": ..., **settings}` as the settings JSON the engines and the CLI take."""
+    return json.dumps({k: v for k, v in spec.items() if k != "method"})
+
+
+def reference(model_dir: str | Path, spec: dict, prompts: list[str], tmp_path: Path, temperature: float
+              ) -> list[list[int]]:
+    """`python -m common.generate` on the prompts (EOS from the checkpoint, `SEED` for every prompt)."""
+    prompts_file, out = tmp_path / "prompts.txt", tmp_path / f"out-{temperature}.json"
+    prompts_file.write_text("\n".join(prompts) + "\n")
+    cmd = [sys.executable, "-m", "common.generate", "--model", str(model_dir), "--method", spec["method"],
+           "--config", settings(spec), "--max-tokens", str(MAX_TOKENS), "--temperature", str(temperature),
+           "--seed", str(SEED), "--prompts-file", str(prompts_file), "--json", str(out)]
+    subprocess.run(cmd, check=True, capture_output=True)
+    return [record["token_ids"] for record in json.loads(out.read_text())]
