@@ -36,6 +36,13 @@ def leading_matches(drafts: torch.Tensor, predicted: torch.Tensor) -> int:
     return int(same.cumprod(0).sum())
 
 
+def accept_greedy(drafts: list[int], predicted: torch.Tensor) -> list[int]:
+    """Greedy verification from the target's argmax per row (`predicted` has a row more than `drafts`): the
+    matching drafts plus the target's token at the first mismatch."""
+    accepted = leading_matches(torch.tensor(drafts, dtype=torch.long), predicted)
+    return drafts[:accepted] + [int(predicted[accepted])]
+
+
 def verify(
     drafts: torch.Tensor,
     target_logits: torch.Tensor,
@@ -52,9 +59,7 @@ def verify(
     """
     k = drafts.numel()
     if params.greedy:
-        predicted = target_logits.argmax(-1)
-        accepted = leading_matches(drafts, predicted)
-        return drafts[:accepted].tolist() + [int(predicted[accepted])]
+        return accept_greedy(drafts.tolist(), target_logits.argmax(-1))
     p = target_probs(target_logits, params)
     rows = torch.arange(k)
     p_draft = p[rows, drafts]

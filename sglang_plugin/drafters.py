@@ -6,7 +6,8 @@ from typing import Any
 import torch
 
 from common.decoder import Limits
-from common.diffusion_self import draft_width, draft_window, propose
+from common.diffusion_self import draft_width, propose
+from common.draft_layout import draft_rows
 from common.jacobi import JacobiDecoder
 from common.sampling import choose
 from sglang_plugin.verify import Drafts, RequestState
@@ -19,7 +20,7 @@ def allowed(req: Any) -> int:
 
 class DiffusionSelfDrafter:
     """`[seed, mask x k]` forwarded bidirectionally over the prefix (KV overwritten by the verify), drafts from
-    the rows `common.diffusion_self.draft_window` names."""
+    the rows `common.draft_layout.draft_rows` names (greedy ones from one batched argmax without the mask)."""
 
     def __init__(self, config: Any, worker: Any) -> None:
         self.config, self.worker = config, worker
@@ -34,19 +35,22 @@ class DiffusionSelfDrafter:
         visible = torch.ones(width, width, dtype=torch.bool).tril().repeat(len(reqs), 1, 1)
         for row, w in enumerate(widths):
             visible[row, : w + 1, : w + 1] = True
-        logits = self.worker.run_window(batch, tokens, visible).float()
+        logits = self.worker.run_window(batch, tokens, visible)
+        best = logits.index_fill(-1, torch.tensor([self.config.mask_token_id], device=logits.device),
+                                 float("-inf")).argmax(-1).cpu()
         drafts = []
         for row, (state, w) in enumerate(zip(states, widths, strict=True)):
-            if w == 0:
-                drafts.append(Drafts([]))
+            rows = draft_rows(w, self.config.dlm_type)
+            if w == 0 or state.sampling.greedy:
+                drafts.append(Drafts(best[row, rows].tolist()))
                 continue
-            forward = draft_window(seeds[row], 0, w, self.config)
-            rows = logits[row, forward.logit_rows.to(logits.device)].cpu()
-            chosen, q = propose(rows, self.config.mask_token_id, state.sampling, state.generator)
-            drafts.append(Drafts(chosen.tolist(), None if state.sampling.greedy else q))
+            chosen, q = propose(logits[row, rows.to(logits.device)].float().cpu(), self.config.mask_token_id,
+                                state.sampling, state.generator)
+            drafts.append(Drafts(chosen.tolist(), q))
         return drafts
 
-    def after_verify(self, reqs: list, states: list, logits: torch.Tensor, drafts: list, committed: list) -> None:
+    def after_verify(self, reqs: list, states: list, logits: torch.Tensor, predicted: torch.Tensor, drafts: list,
+                     committed: list) -> None:
         """Nothing carries over: each step drafts afresh."""
 
 
@@ -74,14 +78,17 @@ class JacobiDrafter:
         decoder.commit(tokens[-1:])
         return decoder
 
-    def after_verify(self, reqs: list, states: list, logits: torch.Tensor, drafts: list, committed: list) -> None:
+    def after_verify(self, reqs: list, states: list, logits: torch.Tensor, predicted: torch.Tensor, drafts: list,
+                     committed: list) -> None:
+        """The decoder follows the committed run and, from each verified row, the greedy argmax (`predicted`
+        [bs, W]) or a sample."""
         for row, (state, d, run) in enumerate(zip(states, drafts, committed, strict=True)):
-            rows = logits[row, : len(d.tokens) + 1]
+            n = len(d.tokens) + 1
             if state.sampling.greedy:
-                predicted = rows.argmax(-1).tolist()
+                followed = predicted[row, :n]
             else:
-                predicted = choose(rows.cpu(), state.sampling, state.generator).tolist()
-            state.mode_state["decoder"].follow(predicted, run)
+                followed = choose(logits[row, :n].float().cpu(), state.sampling, state.generator)
+            state.mode_state["decoder"].follow(followed.tolist(), run)
 
 
 def make_drafter(mode: str, config: Any, worker: Any) -> Any:

@@ -1,5 +1,6 @@
 """Lossless modes on SGLang: each decode step forwards `[seed, drafts]` per request (chain-causal) and verifies
-it with `common.acceptance.verify`; the unaccepted tail's KV is simply overwritten next step.
+it with `common.acceptance` (greedy requests from one batched argmax); the unaccepted tail's KV is simply
+overwritten next step.
 
 Prefill and extend batches run as SGLang runs them, its sampled token opening the first window. Which drafts a
 request carries is the mode's business (`sglang_plugin.drafters`), which may run extra windows of its own.
@@ -10,7 +11,7 @@ from typing import Any
 
 import torch
 
-from common.acceptance import verify
+from common.acceptance import accept_greedy, verify
 from common.sampling import SamplingParams
 from sglang_plugin.worker import PluginWorker, sampling_of
 
@@ -56,11 +57,11 @@ class VerifyWorker(PluginWorker):
         tokens = torch.tensor([[seed, *d.tokens] + [seed] * (self.width - 1 - len(d.tokens))
                                for seed, d in zip(seeds, drafts, strict=True)])
         chain = torch.ones(self.width, self.width, dtype=torch.bool).tril().expand(len(seeds), -1, -1)
-        logits = self.run_window(batch, tokens, chain).float()
-        committed = []
-        for row, (state, d) in enumerate(zip(states, drafts, strict=True)):
-            rows = logits[row, : len(d.tokens) + 1].cpu()
-            committed.append(verify(torch.tensor(d.tokens, dtype=torch.long), rows, state.sampling, state.generator,
-                                    d.probs))
-        self.drafter.after_verify(batch.reqs, states, logits, drafts, committed)
+        logits = self.run_window(batch, tokens, chain)
+        predicted = logits.argmax(-1).cpu()
+        committed = [accept_greedy(d.tokens, predicted[row]) if state.sampling.greedy else
+                     verify(torch.tensor(d.tokens, dtype=torch.long), logits[row, : len(d.tokens) + 1].float().cpu(),
+                            state.sampling, state.generator, d.probs)
+                     for row, (state, d) in enumerate(zip(states, drafts, strict=True))]
+        self.drafter.after_verify(batch.reqs, states, logits, predicted, drafts, committed)
         return self.result(batch, committed, on_publish)
