@@ -100,12 +100,13 @@ def complete(config: Any, model_path: str, trust_remote_code: bool) -> Any:
 
 def window_size(mode: str, config: Any) -> int:
     """SGLang's per-step width: twice it is the KV it reserves past its cached tokens. A verify window is the
-    seed and the most drafts; a WeDLM forward is up to 2W rows (the committing run and a full window), after up
-    to W rows recomputed once a prefill ends; an NLD forward is one block."""
+    seed and the most drafts; an NLD forward is one block. A WeDLM forward is up to 2W rows (the committing run
+    and a full window) after up to W rows recomputed once a prefill ends, and the batch's widest forward is laid
+    from every request's start, up to one past SGLang's cached tokens: 3W + 1 must fit in twice the width."""
     if mode == "jacobi":
         return config.block_size * config.num_blocks + 1
     if mode == "wedlm":
-        return (3 * config.window + 1) // 2
+        return (3 * config.window + 2) // 2
     if mode == "diffusion":
         return config.block_size
     return config.num_speculative_tokens + 1

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from sglang.srt.mem_cache.allocation import alloc_token_slots
 
 from common.decoder import Decoder, Limits
 from common.methods import make_decoder
@@ -77,29 +78,31 @@ class CommitWorker(PluginWorker):
                 n = window.num_tokens
                 tokens[row, :n], positions[row, :n], visible[row, :n, :n] = (
                     window.token_ids, window.positions, window.visibility())
-        locations = self.scratch(batch, starts, width) if scratch else None
-        if locations is None:
+        locations, slots = self.scratch(batch, starts, width) if scratch else (None, None)
+        if slots is None:
             self.check_reserved(batch, starts + width)
         try:
             logits = self.run_window(batch, tokens, visible, positions, starts, locations)
         finally:
-            if locations is not None:
-                self.token_to_kv_pool_allocator.free(locations.flatten())
+            if slots is not None:
+                self.token_to_kv_pool_allocator.free(slots.flatten())
         for row, (state, window) in enumerate(zip(states, windows, strict=True)):
             if state is not None:
                 state.digest(window, logits[row])
 
-    def scratch(self, batch: Any, starts: torch.Tensor, width: int) -> torch.Tensor:
-        """Fresh slots for a window past each prompt, entered in SGLang's table (its later allocation
-        overwrites the entries)."""
-        slots = self.token_to_kv_pool_allocator.alloc(len(starts) * width)
-        if slots is None:
-            raise RuntimeError("KV cache full: no scratch slots for the first windows of a prefill batch")
-        slots = slots.view(len(starts), width)
-        physical = starts[:, None].to(slots.device) + torch.arange(width, device=slots.device)
-        table = self.req_to_token_pool.req_to_token
-        table[batch.req_pool_indices[:, None].long(), physical] = slots.to(table.dtype)
-        return slots
+    def scratch(self, batch: Any, starts: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """KV locations for a window from each `starts` and the fresh slots they take past SGLang's tokens
+        (evicting cached prefixes as SGLang's own allocations do). The fresh slots are entered in SGLang's table,
+        whose later allocation overwrites the entries; rows before the end of SGLang's tokens rewrite the KV they
+        already have."""
+        slots = alloc_token_slots(batch.tree_cache, len(starts) * width).view(len(starts), width)
+        device = slots.device
+        physical = starts[:, None].to(device) + torch.arange(width, device=device)
+        table, rows = self.req_to_token_pool.req_to_token, batch.req_pool_indices[:, None].long()
+        fresh = physical >= batch.seq_lens[:, None].to(device)
+        locations = torch.where(fresh, slots, table[rows, physical].to(slots.dtype))
+        table[rows, physical] = locations.to(table.dtype)
+        return locations, slots
 
     def check_reserved(self, batch: Any, ends: torch.Tensor) -> None:
         """Windows must end inside the KV SGLang allocated for each request this step."""
@@ -110,30 +113,37 @@ class CommitWorker(PluginWorker):
 
     def prefill(self, batch: Any, on_publish: Any) -> Any:
         """SGLang's prefill, whose last-row logits the decoders of requests completing their prompt digest; then
-        windows in scratch slots until each has a first token for SGLang (their KV is recomputed later).
+        windows in scratch slots until each has a token for SGLang (their KV is recomputed later).
 
-        A retracted request comes back as a prefill of its prompt and output: its decoder restarts from there."""
+        A retracted request comes back as a prefill of its prompt and output so far and keeps its decoder."""
         result = self._target_worker.forward_batch_generation(batch, is_verify=True)
         logits = result.logits_output.next_token_logits
-        first = torch.zeros(len(batch.reqs), dtype=torch.int64, device=self.device)
+        lengths = batch.seq_lens.tolist()
         states: list[CommitRequest | None] = []
-        for row, (req, length) in enumerate(zip(batch.reqs, batch.seq_lens.tolist(), strict=True)):
+        for row, (req, length) in enumerate(zip(batch.reqs, lengths, strict=True)):
             prompt = list(req.origin_input_ids) + list(req.output_ids)
-            if length != len(prompt):
-                states.append(None)
-                continue
-            limits = Limits(max_tokens=req.sampling_params.max_new_tokens - len(req.output_ids))
-            decoder = make_decoder(self.mode, self.config, prompt, sampling_of(req), limits)
-            forward = decoder.next_forward()
-            decoder.apply(logits[row][None][forward.logit_rows - (len(prompt) - 1)].float().cpu())
-            states.append(CommitRequest(decoder, len(prompt), len(req.output_ids)))
-        while any(waiting := [s if s is not None and not s.decoder.output else None for s in states]):
+            state = self.held(req)
+            if length == len(prompt) and state is None:
+                limits = Limits(max_tokens=req.sampling_params.max_new_tokens - len(req.output_ids))
+                decoder = make_decoder(self.mode, self.config, prompt, sampling_of(req), limits)
+                forward = decoder.next_forward()
+                decoder.apply(logits[row][None][forward.logit_rows - (len(prompt) - 1)].float().cpu())
+                state = CommitRequest(decoder, len(prompt), len(req.output_ids))
+                self.keep(req, state)
+            states.append(state if length == len(prompt) else None)
+        self.settle(states, lengths)
+        while any(waiting := [s if s is not None and not s.emittable(len(req.output_ids)) else None
+                              for req, s in zip(batch.reqs, states, strict=True)]):
             self.step(batch, waiting, scratch=True)
-            for state in states:
-                if state is not None:
-                    state.pooled = len(state.decoder.prompt)
-        for row, (req, state) in enumerate(zip(batch.reqs, states, strict=True)):
+            self.settle(states, lengths)
+        first = [0 if s is None else s.emittable(len(req.output_ids))[0]
+                 for req, s in zip(batch.reqs, states, strict=True)]
+        return self.prefill_result(batch, result, torch.tensor(first, device=self.device), on_publish)
+
+    @staticmethod
+    def settle(states: list[CommitRequest | None], lengths: list[int]) -> None:
+        """After a prefill (and after each scratch window) the pool holds a request's first `length` tokens; its
+        decoder may count fewer as cached."""
+        for state, length in zip(states, lengths, strict=True):
             if state is not None:
-                self.requests[req.rid] = state
-                first[row] = state.decoder.output[0]
-        return self.prefill_result(batch, result, first, on_publish)
+                state.pooled = min(length, state.decoder.cache_len)

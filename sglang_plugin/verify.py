@@ -41,10 +41,12 @@ class VerifyWorker(PluginWorker):
         self.drafter = make_drafter(self.mode, self.config, self)
 
     def state(self, req: Any) -> RequestState:
-        if req.rid not in self.requests:
+        state = self.held(req)
+        if state is None:
             sampling = sampling_of(req)
-            self.requests[req.rid] = RequestState(sampling, sampling.generator())
-        return self.requests[req.rid]
+            state = RequestState(sampling, sampling.generator())
+            self.keep(req, state)
+        return state
 
     def forward_batch_generation(self, batch: Any, on_publish: Any = None, pp_proxy_tensors: Any = None) -> Any:
         if not batch.forward_mode.is_decode():

@@ -7,6 +7,7 @@ Two kinds of modes subclass it: verifying ones (`sglang_plugin.verify`) and ones
 """
 
 import copy
+import weakref
 from typing import Any
 
 import torch
@@ -43,6 +44,7 @@ class PluginWorker(BaseSpecWorker):
         self.width = server_args.speculative_num_draft_tokens
         self.mode, self.config = decode_settings(server_args)
         self.requests: dict[str, Any] = {}
+        self.owners: dict[str, weakref.ref] = {}
 
     @property
     def draft_worker(self) -> None:
@@ -59,15 +61,29 @@ class PluginWorker(BaseSpecWorker):
 
     def clear_cache_pool(self) -> None:
         self.requests.clear()
+        self.owners.clear()
 
     def on_verify_complete_cpu(self, num_correct_drafts_per_req: list[int], batch_size: int = 0) -> None:
         """No adaptive draft length."""
 
+    def keep(self, req: Any, state: Any) -> None:
+        """Hold a request's state while SGLang holds the request."""
+        self.requests[req.rid] = state
+        self.owners[req.rid] = weakref.ref(req)
+
+    def held(self, req: Any) -> Any:
+        """The state kept for this very request (not for an earlier one under the same id), else None."""
+        owner = self.owners.get(req.rid)
+        return self.requests[req.rid] if owner is not None and owner() is req else None
+
     def forget(self, batch: Any) -> None:
-        """Drop the state of requests no longer decoding."""
+        """Drop the state of requests that finished or that SGLang let go; a request retracted under memory
+        pressure keeps its own while it waits to be prefilled again."""
         live = {req.rid for req in batch.reqs}
-        for rid in [rid for rid in self.requests if rid not in live]:
-            del self.requests[rid]
+        for rid, owner in list(self.owners.items()):
+            req = owner()
+            if rid not in live and (req is None or req.finished()):
+                del self.requests[rid], self.owners[rid]
 
     def run_window(self, batch: Any, tokens: torch.Tensor, visible: torch.Tensor, positions: torch.Tensor | None = None,
                    starts: torch.Tensor | None = None, locations: torch.Tensor | None = None) -> torch.Tensor:

@@ -1,0 +1,43 @@
+"""Under KV-cache pressure SGLang retracts running requests and prefills them again later; with every mode the
+requests still give the tokens they give without pressure (`python -m common.generate`'s, greedy and seeded
+sampling for the commit modes, greedy for the lossless ones): a request keeps its decoder and generator across a
+retraction, and admission reserves the KV of a commit mode's first windows, so the server never runs out of it.
+
+Runs in the SGLang environment (see `tests/test_sglang_server.py`)."""
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+if os.environ.get("PD_REQUIRE_SGLANG") != "1":
+    pytest.importorskip("sglang")
+
+from scripts.sglang_server import CPU_ARGS, sglang_server
+from tests.reference_cli import SEED, reference, settings
+from tests.test_sglang_server import generate
+
+# A pool a few requests fill, and SGLang's admission estimate made optimistic, so running requests get retracted.
+PRESSURE_ARGS = [*CPU_ARGS, "--max-total-tokens", "256", "--schedule-conservativeness", "0.05"]
+PRESSURE_ENV = {"SGLANG_INIT_NEW_TOKEN_RATIO": "0.05", "SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS": "4"}
+CASES = [
+    ({"method": "wedlm", "window": 8, "entropy_threshold": 5.0, "distance_penalty": 0.02}, (0.0, 1.0)),
+    ({"method": "diffusion", "block_size": 4, "confidence_threshold": 0.5}, (0.0, 1.0)),
+    ({"method": "jacobi", "block_size": 4}, (0.0,)),
+]
+
+
+@pytest.mark.parametrize(("spec", "temperatures"), CASES, ids=[spec["method"] for spec, _ in CASES])
+def test_retracted_requests_give_the_reference_tokens(engine_dir, prompts, tmp_path, monkeypatch, spec,
+                                                      temperatures):
+    for name, value in PRESSURE_ENV.items():
+        monkeypatch.setenv(name, value)
+    model, log = engine_dir["qwen3"], tmp_path / "server.log"
+    expected = [tokens for t in temperatures for tokens in reference(model, spec, prompts, tmp_path, t)]
+    requests = [(p, t) for t in temperatures for p in prompts]
+    with (sglang_server(model, spec["method"], settings(spec), PRESSURE_ARGS, log) as client,
+          ThreadPoolExecutor(len(requests)) as pool):
+        got = list(pool.map(lambda r: generate(client, r[0], temperature=r[1], sampling_seed=SEED)["output_ids"],
+                            requests))
+    assert "Retract requests" in log.read_text()
+    assert got == expected
