@@ -10,7 +10,7 @@ and ngram it comes from vLLM's counters (each target forward yields 1 + accepted
 (tested), since the engines do not count our extra forwards (drafts, reveals). p_cache is WeDLM's eq. 4.
 Acceptance length is tokens per verify step (vLLM: per draft; SGLang: per speculative step after the prefill).
 SGLang runs in its own environment (`scripts/setup_sglang_env.sh`), on CPU with `scripts.sglang_server`'s
-settings (float32) when there is no GPU; it has no ngram here.
+settings (float32) when there is no GPU; it has no ngram here, and only SGLang runs `jacobi_recycling`.
 """
 
 import argparse
@@ -25,9 +25,12 @@ METHODS = [
     ("ngram", {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3}),
     ("diffusion_self", {"method": "diffusion_self", "num_speculative_tokens": 8}),
     ("jacobi", {"method": "jacobi", "block_size": 8}),
+    ("jacobi_recycling", {"method": "jacobi", "block_size": 8, "pool_size": 8, "verification_size": 4}),
     ("wedlm", {"method": "wedlm", "window": 8, "entropy_threshold": 0.4, "distance_penalty": 0.02}),
     ("diffusion", {"method": "diffusion", "block_size": 8, "confidence_threshold": 0.9}),
 ]
+# Methods one engine lacks: SGLang has no ngram here, vLLM's verifier takes no recycled branches.
+ONE_ENGINE = {"ngram": "vllm", "jacobi_recycling": "sglang"}
 PROMPTS = [
     "def wrap(text, width=70):", "import heapq\n", "class Formatter:", "    def __init__(self, ",
     "def bisect_left(a, x, lo=0, hi=None):", "for line in lines:", "    return ''.join(", "if __name__ == '__main__':",
@@ -167,9 +170,8 @@ def main() -> None:
     records = []
     for size in sizes:
         baseline = None
-        chosen = [(name, spec) for name, spec in METHODS if name == "ar" or name in args.methods.split(",")]
-        if args.engine == "sglang":
-            chosen = [(name, spec) for name, spec in chosen if name != "ngram"]
+        chosen = [(name, spec) for name, spec in METHODS if (name == "ar" or name in args.methods.split(","))
+                  and ONE_ENGINE.get(name, args.engine) == args.engine]
         run = run_vllm if args.engine == "vllm" else run_sglang
         for name, spec in tqdm(chosen, desc=f"batch {size}"):
             result = run(args.model, spec, size, args.max_tokens, args.rounds)

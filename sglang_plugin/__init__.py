@@ -63,9 +63,9 @@ def spec_class() -> type:
 
 def worker_class(server_args: object) -> type:
     """The worker SGLang builds for our algorithms (imported only once one is selected)."""
-    from sglang_plugin.cli import COMMIT_MODES, decode_settings
+    from sglang_plugin.cli import commits, decode_settings
 
-    if decode_settings(server_args)[0] in COMMIT_MODES:
+    if commits(*decode_settings(server_args)):
         from sglang_plugin.commit import CommitWorker
 
         return CommitWorker

@@ -19,8 +19,6 @@ from sglang_plugin.checkpoints import select_models
 # Modes served on SGLang, each as a registered speculative algorithm.
 ALGORITHMS = {"diffusion_self": "PD_DIFFUSION_SELF", "jacobi": "PD_JACOBI", "wedlm": "PD_WEDLM",
               "diffusion": "PD_DIFFUSION"}
-# Modes whose own rule commits tokens (`sglang_plugin.commit`); the others verify drafts (`sglang_plugin.verify`).
-COMMIT_MODES = ("wedlm", "diffusion")
 CPU_ATTENTION_BACKEND = "pd_torch_sdpa"
 
 
@@ -98,11 +96,22 @@ def complete(config: Any, model_path: str, trust_remote_code: bool) -> Any:
         config, model_config, lambda: AutoTokenizer.from_pretrained(model_path, trust_remote_code=trust_remote_code))
 
 
+def commits(mode: str, config: Any) -> bool:
+    """Whether the mode's `common/` decoder commits (`sglang_plugin.commit`) rather than our worker verifying one
+    linear draft (`sglang_plugin.verify`): WeDLM and NLD block diffusion by their own rules, and Jacobi with
+    rejection recycling, whose recycled branches share the main draft's forward and win with KV out of place."""
+    return mode in ("wedlm", "diffusion") or (mode == "jacobi" and config.pool_size > 0)
+
+
 def window_size(mode: str, config: Any) -> int:
     """SGLang's per-step width: twice it is the KV it reserves past its cached tokens. A verify window is the
     seed and the most drafts; an NLD forward is one block. A WeDLM forward is up to 2W rows (the committing run
     and a full window) after up to W rows recomputed once a prefill ends, and the batch's widest forward is laid
-    from every request's start, up to one past SGLang's cached tokens: 3W + 1 must fit in twice the width."""
+    from every request's start, up to one past SGLang's cached tokens: 3W + 1 must fit in twice the width.
+    Recycling Jacobi forwards K blocks of n drafts and V branches of n, after up to n + 1 tokens a winning branch
+    left uncached, and a retracted request may recompute n + 1 more."""
+    if mode == "jacobi" and config.pool_size:
+        return (config.num_blocks + config.verification_size + 2) * config.block_size // 2 + 1
     if mode == "jacobi":
         return config.block_size * config.num_blocks + 1
     if mode == "wedlm":
@@ -115,9 +124,9 @@ def window_size(mode: str, config: Any) -> int:
 def speculative_fields(mode: str, config: Any, device: str | None) -> dict[str, Any]:
     """SGLang's fields for a mode: our registered algorithm, one fixed-width window, no overlap; on CPU our
     attention backend."""
-    if mode == "jacobi" and config.pool_size:
-        raise ConfigError("pool_size must be 0 on SGLang (rejection recycling verifies several branches in one "
-                          f"forward), got {config.pool_size}")
+    if mode == "diffusion_self" and config.draft_adapter:
+        raise ConfigError("draft_adapter is not supported on SGLang yet (a LoRA switched on only in draft forwards); "
+                          f"remove it, got {config.draft_adapter!r}")
     fields = {"speculative_algorithm": ALGORITHMS[mode], "speculative_num_draft_tokens": window_size(mode, config),
               "speculative_num_steps": 1, "speculative_eagle_topk": 1, "disable_overlap_schedule": True}
     if device == "cpu":

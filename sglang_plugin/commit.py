@@ -1,6 +1,7 @@
-"""Modes whose own rule commits (WeDLM windows, NLD block diffusion) on SGLang: each request keeps its `common/`
-decoder, every decode step forwards the decoder's planned window and the decoder's commits are the step's tokens
-(possibly none), sampled with the decoder's own seeded generator as `common.generate` samples.
+"""Modes whose `common/` decoder commits on SGLang (WeDLM windows, NLD block diffusion, Jacobi with rejection
+recycling): each request keeps its decoder, every decode step forwards the decoder's planned window and the
+decoder's commits are the step's tokens (possibly none), sampled with the decoder's own seeded generator as
+`common.generate` samples.
 
 SGLang holds the KV of all its tokens but the last; a decoder may count more tokens as cached than SGLang's
 pool has (KV written in scratch slots, or never written). Those rows are recomputed at the front of the next

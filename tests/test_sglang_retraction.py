@@ -1,7 +1,8 @@
 """Under KV-cache pressure SGLang retracts running requests and prefills them again later; with every mode the
 requests still give the tokens they give without pressure (`python -m common.generate`'s, greedy and seeded
 sampling for the commit modes, greedy for the lossless ones): a request keeps its decoder and generator across a
-retraction, and admission reserves the KV of a commit mode's first windows, so the server never runs out of it.
+retraction, and a commit mode's scratch KV is allocated as SGLang allocates its own (evicting cached prefixes), so
+the server never runs out of it.
 
 Runs in the SGLang environment (see `tests/test_sglang_server.py`)."""
 
@@ -24,10 +25,12 @@ CASES = [
     ({"method": "wedlm", "window": 8, "entropy_threshold": 5.0, "distance_penalty": 0.02}, (0.0, 1.0)),
     ({"method": "diffusion", "block_size": 4, "confidence_threshold": 0.5}, (0.0, 1.0)),
     ({"method": "jacobi", "block_size": 4}, (0.0,)),
+    ({"method": "jacobi", "block_size": 3, "pool_size": 16, "verification_size": 8}, (0.0, 1.0)),
 ]
 
 
-@pytest.mark.parametrize(("spec", "temperatures"), CASES, ids=[spec["method"] for spec, _ in CASES])
+@pytest.mark.parametrize(("spec", "temperatures"), CASES,
+                         ids=["wedlm", "diffusion", "jacobi", "jacobi-recycling"])
 def test_retracted_requests_give_the_reference_tokens(engine_dir, prompts, tmp_path, monkeypatch, spec,
                                                       temperatures):
     for name, value in PRESSURE_ENV.items():

@@ -1,5 +1,6 @@
-"""Under sampling, SGLang with `--decode-mode jacobi` and `diffusion_self` follows the model's distribution exactly
-(3000 unseeded requests on a vocabulary-8 model, chi-square against the exact joint from `tests.test_sampling_exact`).
+"""Under sampling, SGLang with `--decode-mode jacobi` (with and without rejection recycling) and `diffusion_self`
+follows the model's distribution exactly (3000 unseeded requests on a vocabulary-8 model, chi-square against the
+exact joint from `tests.test_sampling_exact`).
 
 Runs in the SGLang environment; skipped where SGLang is not installed unless `PD_REQUIRE_SGLANG=1`."""
 
@@ -24,7 +25,8 @@ from tests.test_sampling_exact import (
     exact_joint,
 )
 
-MODES = [("jacobi", '{"block_size": 3}'), ("diffusion_self", '{"num_speculative_tokens": 2}')]
+MODES = [("jacobi", '{"block_size": 3}'), ("diffusion_self", '{"num_speculative_tokens": 2}'),
+         ("jacobi", '{"block_size": 2, "pool_size": 4, "verification_size": 2}')]
 
 
 def sample(client, params) -> tuple[int, ...]:
@@ -36,7 +38,8 @@ def sample(client, params) -> tuple[int, ...]:
         return tuple(json.load(response)["output_ids"])
 
 
-@pytest.mark.parametrize(("mode", "config"), MODES, ids=[m for m, _ in MODES])
+@pytest.mark.parametrize(("mode", "config"), MODES,
+                         ids=["jacobi", "diffusion_self", "jacobi-recycling"])
 def test_distribution_matches_model(vocab8, mode, config):
     path, model = vocab8
     with sglang_server(path, mode, config, extra_args=[*CPU_ARGS, "--skip-tokenizer-init"]) as client:

@@ -93,9 +93,10 @@ def refusal(args: list[str], model) -> subprocess.CompletedProcess:
     (["--decode-mode", "jacobi", "--decode-config", "{bad"], "config is not valid JSON"),
     (["--decode-mode", "jacobi", "--decode-config", '{"block_size": 0}'], "block_size must be a positive integer"),
     (["--decode-mode", "diffusion_self", "--decode-config", '{"window": 4}'], "unknown field(s) ['window']"),
-    (["--decode-mode", "jacobi", "--decode-config", '{"pool_size": 2}'], "pool_size must be 0 on SGLang"),
+    (["--decode-mode", "diffusion_self", "--decode-config", '{"draft_adapter": "lora"}'],
+     "draft_adapter is not supported on SGLang"),
     (["--decode-config", "{}"], "needs --decode-mode"),
-], ids=["unknown-mode", "malformed", "bad-value", "unknown-field", "recycling", "config-without-mode"])
+], ids=["unknown-mode", "malformed", "bad-value", "unknown-field", "draft-adapter", "config-without-mode"])
 def test_bad_settings_refused_at_start(engine_dir, args, message):
     proc = refusal(args, engine_dir["qwen3"])
     assert proc.returncode != 0

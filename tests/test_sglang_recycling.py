@@ -1,0 +1,52 @@
+"""SGLang with `--decode-mode jacobi` and rejection recycling (`pool_size` > 0): pool continuations verified as
+branches in the main draft's forward, a winning branch's out-of-place KV recomputed the next step. On a
+vocabulary-8 model, where rejected tails recur and branches win often, 32 greedy and 32 seeded sampled requests in
+flight give exactly the tokens of `common/`'s Jacobi decoder, the greedy ones those of plain greedy decoding.
+
+Runs in the SGLang environment (see `tests/test_sglang_server.py`)."""
+
+import json
+import os
+import random
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+if os.environ.get("PD_REQUIRE_SGLANG") != "1":
+    pytest.importorskip("sglang")
+
+from common.decoder import Limits
+from common.methods import make_decoder, parse_config
+from common.runner import ReferenceRunner
+from common.sampling import SamplingParams
+from scripts.sglang_server import CPU_ARGS, sglang_server
+from tests.reference_cli import MAX_TOKENS, SEED
+from tests.test_sampling_exact import MASK
+from tests.test_sglang_server import generate
+
+SETTINGS = {"block_size": 3, "pool_size": 16, "verification_size": 8}
+TEMPERATURES = (0.0, 1.0)
+
+
+def run(model, method: str, settings: dict | None, prompt: list[int], temperature: float) -> tuple[list[int], int]:
+    """The `common/` decoder's tokens and forwards, sampled as SGLang's `sampling_seed` requests are."""
+    config = None if settings is None else parse_config(method, settings)
+    sampling = SamplingParams(temperature=temperature, seed=SEED) if temperature else SamplingParams()
+    result = ReferenceRunner(model).run(make_decoder(method, config, prompt, sampling, Limits(MAX_TOKENS)))
+    return result.token_ids, result.forwards
+
+
+def test_recycling_equals_reference(vocab8):
+    path, model = vocab8
+    rng = random.Random(SEED)
+    prompts = [[rng.randrange(MASK) for _ in range(rng.randrange(2, 9))] for _ in range(32)]
+    requests = [(p, t) for t in TEMPERATURES for p in prompts]
+    expected = [run(model, "jacobi", SETTINGS, p, t) for p, t in requests]
+    without_pool = [run(model, "jacobi", {**SETTINGS, "pool_size": 0}, p, t) for p, t in requests]
+    assert sum(f for _, f in expected) < sum(f for _, f in without_pool)  # branches do win on this model
+    assert [tokens for tokens, _ in expected[: len(prompts)]] == [run(model, "ar", None, p, 0.0)[0] for p in prompts]
+    with (sglang_server(path, "jacobi", json.dumps(SETTINGS), [*CPU_ARGS, "--skip-tokenizer-init"]) as client,
+          ThreadPoolExecutor(len(requests)) as pool):
+        got = list(pool.map(lambda r: generate(client, r[0], temperature=r[1], sampling_seed=SEED,
+                                               ignore_eos=True)["output_ids"], requests))
+    assert got == [tokens for tokens, _ in expected]
