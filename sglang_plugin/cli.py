@@ -50,6 +50,10 @@ def from_cli_args(original: Any, cls: Any, args: Any) -> Any:
     for name, value in fields.items():
         setattr(args, name, value)
     server_args = original(cls, args)
+    try:
+        check_resolved(mode, config, server_args)
+    except ConfigError as err:
+        sys.exit(f"error: argument --page-size: {err}")
     server_args._decode_settings = encode(mode, config)
     return server_args
 
@@ -71,6 +75,7 @@ def server_args_from_keywords(**kwargs: Any) -> Any:
     config, fields = resolve(mode, settings, kwargs["model_path"], kwargs.get("trust_remote_code", False),
                              kwargs.get("device"))
     server_args = ServerArgs(**{**kwargs, **fields})
+    check_resolved(mode, config, server_args)
     server_args._decode_settings = encode(mode, config)
     return server_args
 
@@ -132,6 +137,15 @@ def speculative_fields(mode: str, config: Any, device: str | None) -> dict[str, 
     if device == "cpu":
         fields["attention_backend"] = CPU_ATTENTION_BACKEND
     return fields
+
+
+def check_resolved(mode: str, config: Any, server_args: Any) -> None:
+    """What SGLang resolves while building its args (some attention backends force KV pages) and a mode cannot
+    take: the modes whose decoder commits run windows in scratch slots taken one token at a time."""
+    page_size = server_args.page_size or 1
+    if commits(mode, config) and page_size > 1:
+        raise ConfigError(f"page_size must be 1 with decode mode {mode} (its scratch windows take KV slots one token "
+                          f"at a time), got {page_size}")
 
 
 def decode_settings(server_args: Any) -> tuple[str, Any]:

@@ -95,8 +95,9 @@ def refusal(args: list[str], model) -> subprocess.CompletedProcess:
     (["--decode-mode", "diffusion_self", "--decode-config", '{"window": 4}'], "unknown field(s) ['window']"),
     (["--decode-mode", "diffusion_self", "--decode-config", '{"draft_adapter": "lora"}'],
      "draft_adapter is not supported on SGLang"),
+    (["--decode-mode", "wedlm", "--page-size", "4"], "page_size must be 1 with decode mode wedlm"),
     (["--decode-config", "{}"], "needs --decode-mode"),
-], ids=["unknown-mode", "malformed", "bad-value", "unknown-field", "draft-adapter", "config-without-mode"])
+], ids=["unknown-mode", "malformed", "bad-value", "unknown-field", "draft-adapter", "paged", "config-without-mode"])
 def test_bad_settings_refused_at_start(engine_dir, args, message):
     proc = refusal(args, engine_dir["qwen3"])
     assert proc.returncode != 0
