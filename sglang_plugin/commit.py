@@ -59,7 +59,7 @@ class CommitWorker(PluginWorker):
         if not batch.forward_mode.is_decode():
             return self.prefill(batch, on_publish)
         self.forget(batch)
-        states = [self.requests[req.rid] for req in batch.reqs]
+        states = [self.held(req) for req in batch.reqs]
         self.step(batch, states)
         committed = [state.emittable(len(req.output_ids)) for req, state in zip(batch.reqs, states, strict=True)]
         return self.result(batch, committed, on_publish)

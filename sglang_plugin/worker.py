@@ -43,8 +43,8 @@ class PluginWorker(BaseSpecWorker):
         self.device = self.model_runner.device
         self.width = server_args.speculative_num_draft_tokens
         self.mode, self.config = decode_settings(server_args)
-        self.requests: dict[str, Any] = {}
-        self.owners: dict[str, weakref.ref] = {}
+        # Per request id: the request object SGLang holds (weakly) and the mode's state for it.
+        self.requests: dict[str, tuple[weakref.ref, Any]] = {}
 
     @property
     def draft_worker(self) -> None:
@@ -61,29 +61,27 @@ class PluginWorker(BaseSpecWorker):
 
     def clear_cache_pool(self) -> None:
         self.requests.clear()
-        self.owners.clear()
 
     def on_verify_complete_cpu(self, num_correct_drafts_per_req: list[int], batch_size: int = 0) -> None:
         """No adaptive draft length."""
 
     def keep(self, req: Any, state: Any) -> None:
         """Hold a request's state while SGLang holds the request."""
-        self.requests[req.rid] = state
-        self.owners[req.rid] = weakref.ref(req)
+        self.requests[req.rid] = (weakref.ref(req), state)
 
     def held(self, req: Any) -> Any:
         """The state kept for this very request (not for an earlier one under the same id), else None."""
-        owner = self.owners.get(req.rid)
-        return self.requests[req.rid] if owner is not None and owner() is req else None
+        owner, state = self.requests.get(req.rid, (None, None))
+        return state if owner is not None and owner() is req else None
 
     def forget(self, batch: Any) -> None:
         """Drop the state of requests that finished or that SGLang let go; a request retracted under memory
         pressure keeps its own while it waits to be prefilled again."""
         live = {req.rid for req in batch.reqs}
-        for rid, owner in list(self.owners.items()):
+        for rid, (owner, _) in list(self.requests.items()):
             req = owner()
             if rid not in live and (req is None or req.finished()):
-                del self.requests[rid], self.owners[rid]
+                del self.requests[rid]
 
     def run_window(self, batch: Any, tokens: torch.Tensor, visible: torch.Tensor, positions: torch.Tensor | None = None,
                    starts: torch.Tensor | None = None, locations: torch.Tensor | None = None) -> torch.Tensor:
