@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 import torch
 
+from common import margins
 from common.acceptance import AcceptanceStats
 from common.errors import require
 from common.sampling import SamplingParams, choose
@@ -42,6 +43,7 @@ class Decoder(ABC):
         self.decode_rows = 0
         self.prefill_tokens = 0
         self.acceptance = AcceptanceStats()
+        self.margins: list[float] = []
         self._pending: Forward | None = None
 
     @property
@@ -80,11 +82,29 @@ class Decoder(ABC):
             self.decode_rows += forward.num_tokens
         self.forwards += 1
         outcome = self.after_prefill(logits) if first else self.update(logits)
-        self.cache_len += outcome.kv_keep
         outcome.committed = self.commit(outcome.committed)
+        self.cache_len = min(self.cache_len + outcome.kv_keep, self.num_tokens)  # rows past an end are not kept
         if first:
             self.prefill_tokens = len(outcome.committed)
         return outcome
+
+    def note_margin(self, margin: float) -> None:
+        """Record a decision's slack (`common.margins`): `margins[i]` is the smallest slack of the decisions taken
+        while `i` tokens were generated; float rounding that flips one of them can change tokens from `i` on."""
+        position = len(self.output)
+        self.margins += [float("inf")] * (position + 1 - len(self.margins))
+        self.margins[position] = min(self.margins[position], margin)
+
+    @property
+    def decision_margins(self) -> list[float]:
+        """Per generated token, the smallest slack of the decisions taken while it was next (inf: none)."""
+        return (self.margins + [float("inf")] * len(self.output))[: len(self.output)]
+
+    def pick(self, logits: torch.Tensor) -> torch.Tensor:
+        """`choose` with the request's sampling, noting the slack of a greedy choice."""
+        if self.sampling.greedy:
+            self.note_margin(margins.top2(logits))
+        return choose(logits, self.sampling, self.generator)
 
     def commit(self, tokens: list[int]) -> list[int]:
         """Append tokens up to the first EOS (inclusive) or max_tokens; return what was appended."""
@@ -109,7 +129,7 @@ class Decoder(ABC):
         return causal_forward(self.prompt, 0, [len(self.prompt) - 1])
 
     def after_prefill(self, logits: torch.Tensor) -> Outcome:
-        first = int(choose(logits, self.sampling, self.generator)[0])
+        first = int(self.pick(logits)[0])
         return Outcome([first], kv_keep=len(self.prompt))
 
     @abstractmethod
@@ -131,5 +151,5 @@ class AutoregressiveDecoder(Decoder):
         return causal_forward(self.tokens[self.cache_len :], self.cache_len, [self.num_tokens - self.cache_len - 1])
 
     def update(self, logits: torch.Tensor) -> Outcome:
-        token = int(choose(logits, self.sampling, self.generator)[0])
+        token = int(self.pick(logits)[0])
         return Outcome([token], kv_keep=self.num_tokens - self.cache_len)

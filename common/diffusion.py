@@ -3,12 +3,16 @@
 Per block `[seed, mask x (B-1)]`: bidirectional forwards over the cached prefix (KV not kept) reveal the
 most confident mask plus every mask whose confidence reaches tau (a slot's logit row per the checkpoint's
 `dlm_type`); once the block is revealed one causal forward writes its KV and its last row gives the next seed.
+Blocks keep B slots up to the end (slots past `max_tokens` condition the others but are never emitted), so the
+output for n tokens is a prefix of that for more; the last block stops once its leading revealed run covers
+`max_tokens` or reaches an EOS.
 """
 
 from dataclasses import dataclass
 
 import torch
 
+from common import margins
 from common.decoder import Decoder, Limits
 from common.draft_layout import DLM_TYPES, draft_rows
 from common.errors import require, require_mask_token
@@ -36,15 +40,21 @@ class DiffusionConfig:
 
 
 def reveal(logits: torch.Tensor, masked: torch.Tensor, threshold: float, mask_token_id: int,
-           params: SamplingParams, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """Slots to reveal (top-1 plus all with confidence >= threshold) among `masked`, and their tokens."""
+           params: SamplingParams, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """Slots to reveal (top-1 plus all with confidence >= threshold) among `masked`, their tokens, and the
+    decision's slack (`common.margins`: thresholds, the top-1 choice, greedy candidates of revealed slots)."""
     logits = without_token(logits, mask_token_id)
     candidates = choose(logits, params, generator)
     confidence = logits.softmax(-1).gather(-1, candidates[:, None]).squeeze(-1)
     confidence = confidence.masked_fill(~masked, -1.0)
     chosen = (confidence >= threshold) & masked
+    slack = margins.threshold(confidence[masked], threshold)
+    if not chosen.any():
+        slack = min(slack, margins.gap(-confidence[masked]))
     chosen[confidence.argmax()] = True
-    return chosen, candidates
+    if params.greedy:
+        slack = min(slack, margins.top2(logits[chosen]))
+    return chosen, candidates, slack
 
 
 class DiffusionDecoder(Decoder):
@@ -56,7 +66,7 @@ class DiffusionDecoder(Decoder):
         self._masked = torch.zeros(0, dtype=torch.bool)
 
     def _new_block(self) -> None:
-        size = min(self.config.block_size - 1, self.remaining)
+        size = self.config.block_size - 1
         self.block = torch.tensor([self.last_token] + [self.config.mask_token_id] * size)
         self._masked = torch.tensor([False] + [True] * size)
 
@@ -76,17 +86,22 @@ class DiffusionDecoder(Decoder):
 
     def update(self, logits: torch.Tensor) -> Outcome:
         if self._masked.any():
-            chosen, tokens = reveal(logits, self._masked[1:], self.config.confidence_threshold,
-                                    self.config.mask_token_id, self.sampling, self.generator)
+            chosen, tokens, slack = reveal(logits, self._masked[1:], self.config.confidence_threshold,
+                                           self.config.mask_token_id, self.sampling, self.generator)
+            self.note_margin(slack)
             self.block[1:][chosen] = tokens[chosen]
             self._masked[1:] &= ~chosen
-            revealed = self.block[1:].tolist()
-            ends = any(t in self.limits.eos_token_ids for t in revealed) or len(revealed) >= self.remaining
-            if self._masked.any() or not ends:
-                return Outcome()
-            self.block = None
-            return Outcome(revealed)
+            settled = self.block[1 : 1 + self.leading_revealed].tolist()
+            if len(settled) >= self.remaining or any(t in self.limits.eos_token_ids for t in settled):
+                self.block = None
+                return Outcome(settled)
+            return Outcome()
         revealed = self.block[1:].tolist()
-        seed = int(choose(logits, self.sampling, self.generator)[0])
+        seed = int(self.pick(logits)[0])
         self.block = None
         return Outcome(revealed + [seed], kv_keep=len(revealed) + 1)
+
+    @property
+    def leading_revealed(self) -> int:
+        """Revealed slots before the block's first mask: final, whatever the rest of the block becomes."""
+        return int((~self._masked[1:]).long().cumprod(0).sum())

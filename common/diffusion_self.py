@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
+from common import margins
 from common.acceptance import verify
 from common.decoder import Decoder, Limits
 from common.draft_layout import DLM_TYPES, draft_rows
@@ -97,9 +98,13 @@ class DiffusionSelfDecoder(Decoder):
 
     def update(self, logits: torch.Tensor) -> Outcome:
         if self.drafts is None and self.width > 0:
+            if self.sampling.greedy:
+                self.note_margin(margins.top2(without_token(logits, self.config.mask_token_id)))
             self.drafts, self.draft_probs = propose(logits, self.config.mask_token_id, self.sampling, self.generator)
             return Outcome()
         drafts = self.drafts if self.drafts is not None else torch.zeros(0, dtype=torch.long)
+        if self.sampling.greedy:
+            self.note_margin(margins.top2(logits))
         committed = verify(drafts, logits, self.sampling, self.generator, self.draft_probs)
         self.acceptance.record(drafts.numel(), len(committed) - 1)
         self.drafts = self.draft_probs = None

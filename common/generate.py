@@ -8,6 +8,7 @@
 import argparse
 import dataclasses
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -96,6 +97,7 @@ def main(argv: list[str] | None = None) -> None:
             "tokens_per_forward": result.tokens_per_forward,
             "p_cache": result.p_cache,
             "seconds": result.seconds,
+            "margins": [m if math.isfinite(m) else None for m in result.margins],
         })
     Path(args.json).write_text(json.dumps(records, indent=1), encoding="utf-8")
     total = sum(len(r["token_ids"]) for r in records)

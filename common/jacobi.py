@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
+from common import margins
 from common.acceptance import leading_matches, verify
 from common.decoder import Decoder, Limits
 from common.errors import require
@@ -159,6 +160,8 @@ class JacobiDecoder(Decoder):
             rows = torch.cat([main_logits[:1], branch_logits[offset : offset + len(cand)]])
             options.append((torch.tensor(cand), rows))
             offset += len(cand)
+        if self.sampling.greedy:
+            self.note_margin(margins.top2(logits))
         scores = [leading_matches(d, rows.argmax(-1)) for d, rows in options]
         best = max(range(len(options)), key=lambda i: (scores[i], -i))
         committed = verify(*options[best], self.sampling, self.generator)

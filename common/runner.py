@@ -24,6 +24,7 @@ class Result:
     tokens_per_forward: float
     p_cache: float
     seconds: float
+    margins: list[float]
 
 
 class ReferenceRunner:
@@ -51,6 +52,7 @@ class ReferenceRunner:
             tokens_per_forward=decoder.tokens_per_forward,
             p_cache=decoder.p_cache,
             seconds=time.perf_counter() - start,
+            margins=decoder.decision_margins,
         )
 
     def steps(self, decoder: Decoder) -> Iterator[DynamicCache | None]:

@@ -11,9 +11,10 @@ from dataclasses import dataclass
 
 import torch
 
+from common import margins
 from common.decoder import Decoder, Limits
 from common.errors import require, require_mask_token
-from common.sampling import SamplingParams, choose
+from common.sampling import SamplingParams
 from common.window import Forward, Outcome, causal_forward
 
 
@@ -33,15 +34,19 @@ class WeDLMConfig:
                 self.mask_token_id)
 
 
-def select_masks(logits: torch.Tensor, slots: torch.Tensor, threshold: float | None, penalty: float) -> torch.Tensor:
-    """Boolean over mask rows: entropy + penalty * (slot distance to the leftmost mask) below tau, else the best."""
+def select_masks(logits: torch.Tensor, slots: torch.Tensor, threshold: float | None, penalty: float
+                 ) -> tuple[torch.Tensor, float]:
+    """Boolean over mask rows: entropy + penalty * (slot distance to the leftmost mask) below tau, else the best;
+    and the decision's slack (`common.margins`)."""
     log_probs = logits.float().log_softmax(-1)
     entropy = -(log_probs.exp() * log_probs).sum(-1)
     adjusted = entropy + penalty * (slots - slots[0]).float()
     chosen = adjusted < threshold if threshold is not None else torch.zeros_like(adjusted, dtype=torch.bool)
+    slack = margins.threshold(adjusted, threshold) if threshold is not None else float("inf")
     if not chosen.any():
         chosen[adjusted.argmin()] = True
-    return chosen
+        slack = min(slack, margins.gap(adjusted))
+    return chosen, slack
 
 
 class WeDLMDecoder(Decoder):
@@ -73,9 +78,9 @@ class WeDLMDecoder(Decoder):
         return Outcome(kv_keep=len(self.prompt))
 
     def _refill(self, committing: int) -> None:
-        """Append masks so that, once `committing` slots leave, the window holds min(W, room) slots."""
-        target = min(self.config.window, self.remaining - committing) + committing
-        extra = max(target - len(self.slots), 0)
+        """Append masks so that, once `committing` slots leave, the window holds W slots: W to the end, also past
+        `max_tokens` (fills there are never emitted), so the output for n tokens is a prefix of that for more."""
+        extra = max(self.config.window + committing - len(self.slots), 0)
         self.slots += [self.config.mask_token_id] * extra
         self.filled += [False] * extra
 
@@ -97,8 +102,9 @@ class WeDLMDecoder(Decoder):
         ends = any(t in self.limits.eos_token_ids for t in committed) or p >= self.remaining
         if masks and not ends:
             slots = torch.tensor(masks)
-            chosen = select_masks(logits, slots, self.config.entropy_threshold, self.config.distance_penalty)
-            tokens = choose(logits[chosen], self.sampling, self.generator).tolist()
+            chosen, slack = select_masks(logits, slots, self.config.entropy_threshold, self.config.distance_penalty)
+            self.note_margin(slack)
+            tokens = self.pick(logits[chosen]).tolist()
             for slot, token in zip(slots[chosen].tolist(), tokens, strict=True):
                 self.slots[slot] = token
                 self.filled[slot] = True

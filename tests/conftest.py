@@ -62,3 +62,11 @@ def stdlib_prompts(count: int = 32) -> list[str]:
 @pytest.fixture(scope="session")
 def prompts() -> list[str]:
     return stdlib_prompts()
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """How many compared sequences were cut at a float32 near-tie (`tests/ties.py`)."""
+    from tests.ties import TALLY
+
+    if TALLY.sequences:
+        terminalreporter.write_line(f"tie-aware comparisons: {TALLY.cut} of {TALLY.sequences} sequences cut at a tie")

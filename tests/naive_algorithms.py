@@ -26,13 +26,13 @@ def entropy(logits: torch.Tensor) -> torch.Tensor:
 
 
 def wedlm(model, prompt, mask_id, window, tau, lam, max_tokens, eos=()):
-    """WeDLM Algorithm 1 (seed 003), greedy, recomputing the committed prefix each step."""
+    """WeDLM Algorithm 1 (seed 003), greedy, recomputing the committed prefix each step; W slots to the end,
+    as the upstream engine keeps them."""
     out: list[int] = []
     slots: list[int | None] = []
     while True:
         lead = next((i for i, t in enumerate(slots) if t is None), len(slots))
-        room = max_tokens - len(out) - lead
-        slots += [None] * max(min(window, room) + lead - len(slots), 0)
+        slots += [None] * max(window + lead - len(slots), 0)
         order = [i for i, t in enumerate(slots) if t is not None] + [i for i, t in enumerate(slots) if t is None]
         seq = prompt + out
         ids = seq + [mask_id if slots[i] is None else slots[i] for i in order]
@@ -66,7 +66,7 @@ def block_diffusion(model, prompt, mask_id, block, tau, max_tokens, eos=(), shif
         if any(t in eos for t in out) or len(out) >= max_tokens:
             hit = [i for i, t in enumerate(out) if t in eos]
             return out[: hit[0] + 1] if hit else out[:max_tokens]
-        size = min(block - 1, max_tokens - len(out))
+        size = block - 1
         blk, masked = [seq[-1]] + [mask_id] * size, [False] + [True] * size
         prefix = seq[:-1]
         while any(masked):

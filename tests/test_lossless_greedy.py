@@ -8,6 +8,7 @@ from common.jacobi import JacobiConfig
 from common.methods import make_decoder, parse_config
 from common.runner import ReferenceRunner
 from common.sampling import SamplingParams
+from tests import ties
 
 MAX_TOKENS = 29
 EOS_AT = 9
@@ -37,13 +38,14 @@ def truncate_at(tokens: list[int], eos: int) -> list[int]:
 
 @pytest.fixture(scope="module")
 def references(tiny, prompts):
-    """Per prompt: token ids, greedy AR output without EOS, and an EOS id that occurs mid-generation."""
+    """Per prompt: token ids, greedy AR output without EOS and its margins, and an EOS id that occurs
+    mid-generation."""
     model, tokenizer = tiny
     cases = []
     for prompt in prompts:
         ids = tokenizer.encode(prompt)
-        ar = generate(model, "ar", None, ids, Limits(MAX_TOKENS))
-        cases.append((ids, ar, ar[EOS_AT]))
+        ar = ReferenceRunner(model).run(make_decoder("ar", None, ids, SamplingParams(), Limits(MAX_TOKENS)))
+        cases.append((ids, ar.token_ids, ar.margins, ar.token_ids[EOS_AT]))
     return model, cases
 
 
@@ -51,35 +53,45 @@ def references(tiny, prompts):
 def test_equals_greedy_ar(references, method, settings):
     model, cases = references
     config = parse_config(method, settings, mask_token_id=model.config.mask_token_id)
-    stopped_early = 0
-    for ids, ar, eos in cases:
-        assert generate(model, method, config, ids, Limits(MAX_TOKENS)) == ar
+    got, want, margins = [], [], []
+    for ids, ar, ar_margins, eos in cases:
         expected = truncate_at(ar, eos)
-        stopped_early += len(expected) < MAX_TOKENS
-        assert generate(model, method, config, ids, Limits(MAX_TOKENS, (eos,))) == expected
-    assert stopped_early == len(cases)
+        got += [generate(model, method, config, ids, Limits(MAX_TOKENS)),
+                generate(model, method, config, ids, Limits(MAX_TOKENS, (eos,)))]
+        want += [ar, expected]
+        margins += [ar_margins, ar_margins[: len(expected)]]
+    ties.compare(got, want, margins)
+    assert all(len(expected) < MAX_TOKENS for expected in want[1::2])
 
 
 def test_mistral_family(tiny_dir, prompts):
     """The runner also drives the Mistral family: Jacobi and self-speculation equal its greedy AR."""
     model, tokenizer = load(tiny_dir / "mistral")
+    got, want, margins = [], [], []
     for prompt in prompts[:6]:
         ids = tokenizer.encode(prompt)
-        ar = generate(model, "ar", None, ids, Limits(MAX_TOKENS))
+        ar = ReferenceRunner(model).run(make_decoder("ar", None, ids, SamplingParams(), Limits(MAX_TOKENS)))
         for method, settings in (LOSSLESS[3], LOSSLESS[7]):
             config = parse_config(method, settings, mask_token_id=model.config.mask_token_id)
-            assert generate(model, method, config, ids, Limits(MAX_TOKENS)) == ar
+            got.append(generate(model, method, config, ids, Limits(MAX_TOKENS)))
+            want.append(ar.token_ids)
+            margins.append(ar.margins)
+    ties.compare(got, want, margins)
 
 
 def test_rejection_recycling_fast_forwards_from_pool(qwen3, prompts):
     """A pool holding the true continuation lets recycled branches commit several tokens per forward."""
     model, tokenizer = qwen3
     config = JacobiConfig(block_size=3, pool_size=64, verification_size=4)
+    got, want, margins = [], [], []
     for prompt in prompts[:4]:
         ids = tokenizer.encode(prompt)
-        ar = generate(model, "ar", None, ids, Limits(MAX_TOKENS))
+        ar = ReferenceRunner(model).run(make_decoder("ar", None, ids, SamplingParams(), Limits(MAX_TOKENS)))
         decoder = make_decoder("jacobi", config, ids, SamplingParams(), Limits(MAX_TOKENS))
-        decoder.pool.append(ar)
+        decoder.pool.append(ar.token_ids)
         result = ReferenceRunner(model).run(decoder)
-        assert result.token_ids == ar
+        got.append(result.token_ids)
+        want.append(ar.token_ids)
+        margins.append(ar.margins)
         assert result.forwards <= 1 + MAX_TOKENS // 2
+    ties.compare(got, want, margins)

@@ -21,9 +21,10 @@ if os.environ.get("PD_REQUIRE_SGLANG") != "1":
 from common.checkpoint import load
 from common.decoder import Limits
 from common.methods import make_decoder, parse_config
-from common.runner import ReferenceRunner
+from common.runner import ReferenceRunner, Result
 from common.sampling import SamplingParams
 from scripts.sglang_server import sglang_server
+from tests import ties
 from tests.reference_cli import MAX_TOKENS, SEED, reference, settings
 from tests.test_sglang_server import generate
 
@@ -34,22 +35,23 @@ SPECS = [
     {"method": "diffusion", "block_size": 4, "confidence_threshold": 0.5},
     {"method": "diffusion", "block_size": 8, "confidence_threshold": 0.1},
 ]
+WIDTH = 8  # the widest window or block above
 
 
-def stop_cases(model_dir, spec: dict, prompts: list[str]) -> list[tuple[str, dict, list[int]]]:
-    """(prompt, SGLang sampling params, the reference decoder's tokens): a stop token taken from inside the
+def stop_cases(model_dir, spec: dict, prompts: list[str]) -> list[tuple[str, dict, Result]]:
+    """(prompt, SGLang sampling params, the reference decoder's result): a stop token taken from inside the
     output, and max_tokens 7, both greedy."""
     model, tokenizer = load(model_dir)
     config = parse_config(spec["method"], json.loads(settings(spec)), mask_token_id=model.config.mask_token_id)
     runner = ReferenceRunner(model)
     cases = []
 
-    def run(ids: list[int], limits: Limits) -> list[int]:
-        return runner.run(make_decoder(spec["method"], config, ids, SamplingParams(), limits)).token_ids
+    def run(ids: list[int], limits: Limits):
+        return runner.run(make_decoder(spec["method"], config, ids, SamplingParams(), limits))
 
     for prompt in prompts:
         ids = tokenizer.encode(prompt)
-        eos = run(ids, Limits(MAX_TOKENS))[STOP_AT]
+        eos = run(ids, Limits(MAX_TOKENS)).token_ids[STOP_AT]
         cases += [(prompt, {"stop_token_ids": [eos]}, run(ids, Limits(MAX_TOKENS, (eos,)))),
                   (prompt, {"max_new_tokens": 7}, run(ids, Limits(7)))]
     return cases
@@ -64,7 +66,8 @@ def continuation(client, model_dir, spec: dict, prompts: list[str], outputs: lis
         ids = tokenizer.encode(prompt) + out["output_ids"]
         again = generate(client, ids, max_new_tokens=8, ignore_eos=True)
         decoder = make_decoder(spec["method"], config, ids, SamplingParams(), Limits(8))
-        assert again["output_ids"] == ReferenceRunner(model).run(decoder).token_ids
+        want = ReferenceRunner(model).run(decoder)
+        assert again["output_ids"] == want.token_ids or ties.tie_position(want.margins) is not None
         assert again["meta_info"]["cached_tokens"] >= len(ids) - 1
     return True
 
@@ -73,17 +76,22 @@ def continuation(client, model_dir, spec: dict, prompts: list[str], outputs: lis
 def test_equals_reference(engine_dir, prompts, tmp_path, spec):
     model = engine_dir["qwen3"]
     expected = {t: reference(model, spec, prompts, tmp_path, t) for t in (0.0, 1.0)}
+    longer = reference(model, spec, prompts, tmp_path, 0.0, MAX_TOKENS + 2 * WIDTH)
     stops = stop_cases(model, spec, prompts[:8]) if spec in (SPECS[1], SPECS[3]) else []
-    requests = [(p, t) for t in expected for p in prompts]  # greedy and sampled requests batched together
+    # greedy and sampled requests batched together, and greedy ones asking for 2W more tokens
+    requests = [(p, t, MAX_TOKENS) for t in expected for p in prompts] + [(p, 0.0, MAX_TOKENS + 2 * WIDTH)
+                                                                          for p in prompts]
     with sglang_server(model, spec["method"], settings(spec)) as client, ThreadPoolExecutor(len(requests)) as pool:
-        outputs = list(pool.map(lambda r: generate(client, r[0], temperature=r[1], sampling_seed=SEED), requests))
+        outputs = list(pool.map(lambda r: generate(client, r[0], temperature=r[1], sampling_seed=SEED,
+                                                   max_new_tokens=r[2]), requests))
         stopped = list(pool.map(lambda case: generate(client, case[0], **case[1])["output_ids"], stops))
         continued = continuation(client, model, spec, prompts[:4], outputs[:4])
-    got = {t: [out["output_ids"] for (_, rt), out in zip(requests, outputs, strict=True) if rt == t] for t in expected}
-    assert got == expected
-    assert stopped == [tokens for _, _, tokens in stops]
+    want = [*expected[0.0][0], *expected[1.0][0], *longer[0]]
+    ties.compare([out["output_ids"] for out in outputs], want, [*expected[0.0][1], *expected[1.0][1], *longer[1]])
+    assert [tokens[:MAX_TOKENS] for tokens in longer[0]] == expected[0.0][0]  # max_tokens changes no token
+    ties.compare(stopped, [r.token_ids for _, _, r in stops], [r.margins for _, _, r in stops])
     assert continued
-    assert any(len(tokens) < MAX_TOKENS and len(tokens) != 7 for _, _, tokens in stops) or not stops
+    assert any(len(r.token_ids) < MAX_TOKENS and len(r.token_ids) != 7 for _, _, r in stops) or not stops
 
 
 @pytest.mark.parametrize("spec", [SPECS[0], SPECS[2]], ids=["wedlm", "diffusion"])

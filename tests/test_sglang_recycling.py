@@ -20,6 +20,7 @@ from common.methods import make_decoder, parse_config
 from common.runner import ReferenceRunner
 from common.sampling import SamplingParams
 from scripts.sglang_server import CPU_ARGS, sglang_server
+from tests import ties
 from tests.reference_cli import MAX_TOKENS, SEED
 from tests.test_sampling_exact import MASK
 from tests.test_sglang_server import generate
@@ -28,12 +29,11 @@ SETTINGS = {"block_size": 3, "pool_size": 16, "verification_size": 8}
 TEMPERATURES = (0.0, 1.0)
 
 
-def run(model, method: str, settings: dict | None, prompt: list[int], temperature: float) -> tuple[list[int], int]:
-    """The `common/` decoder's tokens and forwards, sampled as SGLang's `sampling_seed` requests are."""
+def run(model, method: str, settings: dict | None, prompt: list[int], temperature: float):
+    """The `common/` decoder's result, sampled as SGLang's `sampling_seed` requests are."""
     config = None if settings is None else parse_config(method, settings)
     sampling = SamplingParams(temperature=temperature, seed=SEED) if temperature else SamplingParams()
-    result = ReferenceRunner(model).run(make_decoder(method, config, prompt, sampling, Limits(MAX_TOKENS)))
-    return result.token_ids, result.forwards
+    return ReferenceRunner(model).run(make_decoder(method, config, prompt, sampling, Limits(MAX_TOKENS)))
 
 
 def test_recycling_equals_reference(vocab8):
@@ -43,10 +43,11 @@ def test_recycling_equals_reference(vocab8):
     requests = [(p, t) for t in TEMPERATURES for p in prompts]
     expected = [run(model, "jacobi", SETTINGS, p, t) for p, t in requests]
     without_pool = [run(model, "jacobi", {**SETTINGS, "pool_size": 0}, p, t) for p, t in requests]
-    assert sum(f for _, f in expected) < sum(f for _, f in without_pool)  # branches do win on this model
-    assert [tokens for tokens, _ in expected[: len(prompts)]] == [run(model, "ar", None, p, 0.0)[0] for p in prompts]
+    assert sum(r.forwards for r in expected) < sum(r.forwards for r in without_pool)  # branches do win here
+    ar = [run(model, "ar", None, p, 0.0) for p in prompts]
+    ties.compare([r.token_ids for r in expected[: len(prompts)]], [r.token_ids for r in ar], [r.margins for r in ar])
     with (sglang_server(path, "jacobi", json.dumps(SETTINGS), [*CPU_ARGS, "--skip-tokenizer-init"]) as client,
           ThreadPoolExecutor(len(requests)) as pool):
         got = list(pool.map(lambda r: generate(client, r[0], temperature=r[1], sampling_seed=SEED,
                                                ignore_eos=True)["output_ids"], requests))
-    assert got == [tokens for tokens, _ in expected]
+    ties.compare(got, [r.token_ids for r in expected], [r.margins for r in expected])

@@ -17,7 +17,9 @@ import pytest
 if os.environ.get("PD_REQUIRE_SGLANG") != "1":
     pytest.importorskip("sglang")
 
+from common.checkpoint import load
 from scripts.sglang_server import CPU_ARGS, cpu_env, launch_command, sglang_server
+from tests import ties
 
 MAX_TOKENS = 29
 MODES = [
@@ -73,14 +75,42 @@ def plain(engine_dir, prompts):
 def test_lossless_mode_equals_plain_server(engine_dir, prompts, plain, mode, config):
     with sglang_server(engine_dir["qwen3"], mode, config) as client:
         got = answers(client, prompts)
-    assert got["ids"] == plain["ids"]
-    assert got["stopped"] == plain["stopped"]
-    assert got["short"] == plain["short"]
-    assert got["streamed"] == plain["texts"][:4] == plain["streamed"]
+    _, tokenizer = load(engine_dir["qwen3"])
+    cuts = ties.compare_greedy(engine_dir["qwen3"], [tokenizer.encode(p) for p in prompts], got["ids"], plain["ids"])
+    tied = [cut is not None for cut in cuts]
+    ties.compare_untied(got["stopped"], plain["stopped"], tied)
+    ties.compare_untied(got["short"], plain["short"], [cut is not None and cut < 7 for cut in cuts])
+    ties.compare_untied(got["streamed"], plain["texts"][:4], tied[:4])
+    assert plain["streamed"] == plain["texts"][:4]
     assert got["chatted"] == plain["chatted"]
     assert all(len(ids) <= MAX_TOKENS for ids in got["ids"])
     assert sum(got["verify_steps"]) < len(prompts) * (MAX_TOKENS - 1)  # some drafts accepted: windows really ran
     assert all(steps is None for steps in plain["verify_steps"])
+
+
+OFF_BY_ONE = """
+import common.acceptance as acceptance
+
+def accept_one_too_many(drafts, predicted):
+    accepted = min(acceptance.leading_matches(acceptance.torch.tensor(drafts, dtype=acceptance.torch.long),
+                                              predicted) + 1, len(drafts))
+    return drafts[:accepted] + [int(predicted[accepted])]
+
+acceptance.accept_greedy = accept_one_too_many
+"""
+
+
+def test_off_by_one_acceptance_fails_the_comparison(engine_dir, prompts, plain, tmp_path, monkeypatch):
+    """The tie-aware comparison still catches a broken acceptance rule: servers whose greedy verification accepts
+    the draft at the first mismatch (one draft too many, injected through `sitecustomize`) give ids
+    `ties.compare_greedy` rejects."""
+    (tmp_path / "sitecustomize.py").write_text(OFF_BY_ONE)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    with sglang_server(engine_dir["qwen3"], *MODES[0]) as client, ThreadPoolExecutor(len(prompts)) as pool:
+        got = [out["output_ids"] for out in pool.map(lambda p: generate(client, p), prompts)]
+    _, tokenizer = load(engine_dir["qwen3"])
+    with pytest.raises(AssertionError, match="before any tie"):
+        ties.compare_greedy(engine_dir["qwen3"], [tokenizer.encode(p) for p in prompts], got, plain["ids"])
 
 
 def refusal(args: list[str], model) -> subprocess.CompletedProcess:

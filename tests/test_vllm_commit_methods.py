@@ -16,6 +16,7 @@ from common.decoder import Limits
 from common.methods import make_decoder, parse_config
 from common.runner import ReferenceRunner
 from common.sampling import SamplingParams as ReferenceSampling
+from tests import ties
 from tests.reference_cli import MAX_TOKENS, SEED, reference, settings
 from tests.test_vllm_lossless import STOP_AT
 from vllm_plugin.commit import CommitProposer
@@ -27,16 +28,23 @@ SPECS = [
     {"method": "diffusion", "block_size": 4, "confidence_threshold": 0.5},
     {"method": "diffusion", "block_size": 8, "confidence_threshold": 0.1},
 ]
+WIDTH = 8  # the widest window or block above
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0], ids=["greedy", "sampled"])
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: "-".join(f"{v}" for v in s.values()))
 def test_equals_reference_cli(engine_dir, prompts, tmp_path, spec, temperature):
-    expected = reference(engine_dir["qwen3"], spec, prompts, tmp_path, temperature)
+    """Also: the output for max_tokens = n is a prefix of the output for n + 2W (the window keeps its width to
+    the end), in the same batch."""
+    expected, margins = reference(engine_dir["qwen3"], spec, prompts, tmp_path, temperature)
+    longer, long_margins = reference(engine_dir["qwen3"], spec, prompts, tmp_path, temperature, MAX_TOKENS + 2 * WIDTH)
     params = SamplingParams(temperature=temperature, seed=SEED, max_tokens=MAX_TOKENS)
+    long_params = SamplingParams(temperature=temperature, seed=SEED, max_tokens=MAX_TOKENS + 2 * WIDTH)
     with engine(engine_dir["qwen3"], spec) as llm:
-        got = [list(o.outputs[0].token_ids) for o in llm.generate(prompts, params)]
-    assert got == expected
+        outputs = llm.generate(prompts + prompts, [params] * len(prompts) + [long_params] * len(prompts))
+    got = [list(o.outputs[0].token_ids) for o in outputs]
+    ties.compare(got, expected + longer, margins + long_margins)
+    assert [tokens[:MAX_TOKENS] for tokens in longer] == expected
 
 
 @pytest.mark.parametrize("spec", [SPECS[1], SPECS[3]], ids=["wedlm", "diffusion"])
@@ -53,15 +61,15 @@ def test_stops_inside_a_window(engine_dir, prompts, spec):
         eos = full.token_ids[STOP_AT]
         stopped = runner.run(make_decoder(spec["method"], config, ids, ReferenceSampling(), Limits(MAX_TOKENS, (eos,))))
         short = runner.run(make_decoder(spec["method"], config, ids, ReferenceSampling(), Limits(7)))
-        cases += [(prompt, stopped.token_ids), (prompt, short.token_ids)]
+        cases += [(prompt, stopped), (prompt, short)]
         params += [SamplingParams(temperature=0, max_tokens=MAX_TOKENS, stop_token_ids=[eos]),
                    SamplingParams(temperature=0, max_tokens=7)]
     with engine(engine_dir["qwen3"], spec) as llm:
         outputs = llm.generate([prompt for prompt, _ in cases], params)
-    for (_, expected), out in zip(cases, outputs, strict=True):
-        assert list(out.outputs[0].token_ids) == expected
-        assert out.outputs[0].finish_reason in ("stop", "length")
-    assert any(len(expected) < MAX_TOKENS and len(expected) != 7 for _, expected in cases)
+    ties.compare([list(out.outputs[0].token_ids) for out in outputs], [r.token_ids for _, r in cases],
+                 [r.margins for _, r in cases])
+    assert all(out.outputs[0].finish_reason in ("stop", "length") for out in outputs)
+    assert any(len(r.token_ids) < MAX_TOKENS and len(r.token_ids) != 7 for _, r in cases)
 
 
 def test_wedlm_p_cache_and_tokens_per_forward_in_metrics(engine_dir, prompts):

@@ -4,6 +4,9 @@ Each request keeps its `common/` decoder. The forward the decoder plans next rid
 draft tokens (its RoPE positions rewritten to the plan's logical ones); the decoder reads that forward's
 logits in place of vLLM's sampler and its committed tokens are the step's output. The decoders sample with
 their own seeded generators, so a seeded request gives the tokens `common.generate` gives.
+
+A request vLLM preempts keeps its decoder: the steps that recompute its KV commit nothing, and a step that
+schedules only part of a window (vLLM's token budget) commits nothing and the window is planned again.
 """
 
 from dataclasses import dataclass
@@ -46,12 +49,20 @@ class CommitProposer(PluginProposer):
         return state
 
     def positions(self, runner: Any, positions: torch.Tensor) -> None:
-        ends = runner.query_start_loc.np[1 : runner.input_batch.num_reqs + 1]
-        for req_id, end in zip(runner.input_batch.req_ids, ends, strict=True):
-            state = self.requests.get(req_id)
-            if state is not None and state.forward is not None and state.pending is None:
+        queries = runner.query_start_loc.np[: runner.input_batch.num_reqs + 1]
+        for row, req_id in enumerate(runner.input_batch.req_ids):
+            state, end = self.requests.get(req_id), int(queries[row + 1])
+            if state is not None and self.scheduled_window(runner, req_id, state, end - int(queries[row])):
                 forward = state.forward
-                positions[int(end) - forward.num_tokens : int(end)] = forward.positions.to(positions.device)
+                positions[end - forward.num_tokens : end] = forward.positions.to(positions.device)
+
+    @staticmethod
+    def scheduled_window(runner: Any, req_id: str, state: CommitRequest, scheduled: int) -> bool:
+        """Whether the step forwards exactly the request's planned window: not the recompute of a preempted
+        request's KV, nor part of a window (vLLM's token budget), both of which commit nothing."""
+        request, forward = runner.requests[req_id], state.forward
+        return (state.pending is None and forward is not None and forward.num_tokens == scheduled
+                and request.num_computed_tokens + scheduled > request.num_tokens)
 
     def before_sample(self, runner: Any, logits: torch.Tensor, metadata: Any) -> Any:
         from vllm.v1.outputs import SamplerOutput
@@ -63,11 +74,12 @@ class CommitProposer(PluginProposer):
         start = 0
         for row, (req_id, end) in enumerate(zip(batch.req_ids, ends, strict=True)):
             scheduled = int(queries[row + 1] - queries[row])
-            state = self.requests.get(req_id)
+            state, request = self.requests.get(req_id), runner.requests[req_id]
             if state is None:
-                request = runner.requests[req_id]
                 if request.num_computed_tokens + scheduled >= len(request.prompt_token_ids) and end - start == 1:
                     state = self.start(runner, req_id)
+            elif state.pending is None and not self.scheduled_window(runner, req_id, state, scheduled):
+                state = None  # the decoder goes on with the window planned again
             committed.append([] if state is None else self.commit(state, logits[start:end], scheduled))
             start = end
         width = max(2, *(len(tokens) + 1 for tokens in committed))
@@ -86,8 +98,6 @@ class CommitProposer(PluginProposer):
             tokens, state.pending, state.forward = state.pending, None, None
             return tokens
         forward, state.forward = state.forward, None
-        if state.decoder.forwards and forward.num_tokens != scheduled:
-            raise RuntimeError(f"vLLM scheduled {scheduled} of the {forward.num_tokens} tokens the window needs")
         rows = forward.logit_rows - (forward.num_tokens - sampled.shape[0])
         return state.decoder.apply(sampled[rows.to(sampled.device)].float().cpu()).committed
 
@@ -95,11 +105,13 @@ class CommitProposer(PluginProposer):
         self, runner: Any, scheduler_output: Any, sampled_token_ids: list[list[int]]
     ) -> tuple[list[list[int]], None]:
         self.forget(scheduler_output.finished_req_ids)
+        scheduled = scheduler_output.num_scheduled_tokens
         planned = [
             (row, state)
             for row, req_id in enumerate(runner.input_batch.req_ids)
             if (state := self.requests.get(req_id)) is not None and not state.decoder.finished
-        ]
+            and runner.requests[req_id].num_computed_tokens + scheduled.get(req_id, 0) >= state.decoder.cache_len
+        ]  # a resumed request plans once the KV its decoder counts as cached is back
         drafts: list[list[int]] = [[] for _ in runner.input_batch.req_ids]
         for row, tokens in self.plan(runner, planned).items():
             drafts[row] = tokens

@@ -16,6 +16,18 @@ class LookaheadScheduler(Scheduler):
         super().__init__(*args, **kwargs)
         self.num_lookahead_tokens = self.num_spec_tokens + 1
 
+    def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> Any:
+        """A step that gives a request no token (block diffusion recomputing a preempted request's KV, or part of
+        its window) leaves its last token uncomputed: the next window starts with it, as after any step."""
+        outputs = super().update_from_output(scheduler_output, model_runner_output)
+        sampled, index = model_runner_output.sampled_token_ids, model_runner_output.req_id_to_index
+        for req_id in scheduler_output.num_scheduled_tokens:
+            request = self.requests.get(req_id)
+            if request is not None and not request.is_finished() and req_id in index and sampled \
+                    and len(sampled[index[req_id]]) == 0:
+                request.num_computed_tokens = min(request.num_computed_tokens, request.num_tokens - 1)
+        return outputs
+
 
 class WindowScheduler(Scheduler):
     """No bonus token per step: a request's drafts are a window, and the step keeps only what the method commits.

@@ -1,0 +1,66 @@
+"""Under KV pressure vLLM preempts running requests and recomputes them later; with every method the requests
+still give the tokens they give with room to spare (greedy, and seeded sampling for `wedlm` and `diffusion`), and
+the engine keeps serving.
+
+A preempted request keeps its decoder: the steps recomputing its KV commit nothing, as does a step that
+schedules only part of a window (`vllm_plugin.commit`)."""
+
+import pytest
+
+from tests.vllm_engine import engine  # isort: split
+
+from vllm import SamplingParams
+
+from common.checkpoint import load
+from common.decoder import Limits
+from common.methods import make_decoder, parse_config
+from common.runner import ReferenceRunner
+from common.sampling import SamplingParams as ReferenceSampling
+from tests import ties
+
+MAX_TOKENS = 96
+SEED = 5
+TIGHT_BLOCKS = 12  # of 32 tokens: room for about three of the requests at once
+SPECS = [
+    {"method": "wedlm", "window": 8, "entropy_threshold": 5.0, "distance_penalty": 0.02},
+    {"method": "diffusion", "block_size": 8, "confidence_threshold": 0.3},
+    {"method": "jacobi", "block_size": 4},
+    {"method": "diffusion_self", "num_speculative_tokens": 4},
+]
+
+
+def temperatures(spec: dict) -> tuple[float, ...]:
+    """Greedy and seeded for the commit methods. The lossless ones are verified by vLLM's rejection sampler,
+    whose seeded stream a recompute step (one plain sample) advances differently: greedy only."""
+    return (0.0,) if spec["method"] in ties.LOSSLESS else (0.0, 1.0)
+
+
+def run(model_dir, spec: dict, prompts: list[str], **kwargs) -> tuple[list[list[int]], int]:
+    """Greedy (and seeded) requests for every prompt, batched; their tokens and vLLM's preemption count."""
+    params = [SamplingParams(temperature=t, seed=SEED, max_tokens=MAX_TOKENS, ignore_eos=True)
+              for t in temperatures(spec)]
+    with engine(model_dir, spec, max_num_seqs=16, max_model_len=256, **kwargs) as llm:
+        outputs = llm.generate(prompts * len(params), [p for p in params for _ in prompts])
+        preemptions = sum(m.value for m in llm.get_metrics() if m.name == "vllm:num_preemptions")
+    return [list(o.outputs[0].token_ids) for o in outputs], preemptions
+
+
+def margins(model_dir, spec: dict, prompts: list[str]) -> list[list[float]]:
+    """The reference runner's decision margins for each request (greedy ones; none tracked when sampled)."""
+    model, tokenizer = load(model_dir)
+    method = "ar" if spec["method"] in ties.LOSSLESS else spec["method"]
+    settings = {} if method == "ar" else {k: v for k, v in spec.items() if k != "method"}
+    config = parse_config(method, settings, mask_token_id=model.config.mask_token_id)
+    greedy = [ReferenceRunner(model).run(make_decoder(method, config, tokenizer.encode(p), ReferenceSampling(),
+                                                      Limits(MAX_TOKENS))).margins for p in prompts]
+    return greedy + [[float("inf")] * MAX_TOKENS for _ in prompts] * (len(temperatures(spec)) - 1)
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=[s["method"] for s in SPECS])
+def test_preempted_requests_give_the_roomy_tokens(engine_dir, prompts, spec):
+    model_dir, prompts = engine_dir["qwen3"], prompts[:8]
+    roomy, none = run(model_dir, spec, prompts)
+    tight, preemptions = run(model_dir, spec, prompts, num_gpu_blocks_override=TIGHT_BLOCKS)
+    assert none == 0 and preemptions >= 8
+    assert all(len(tokens) == MAX_TOKENS for tokens in tight)
+    ties.compare(tight, roomy, margins(model_dir, spec, prompts))
