@@ -1,5 +1,6 @@
 """The per-request state machine every method implements: plan a forward, then digest its logits."""
 
+import sys
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
@@ -14,10 +15,13 @@ from common.window import Forward, Outcome, causal_forward
 
 @dataclass(frozen=True)
 class Limits:
-    """When a request stops: after `max_tokens` generated tokens or on any of `eos_token_ids` (kept)."""
+    """When a request stops: after `max_tokens` generated tokens or on any of `eos_token_ids` (kept). `context`
+    (None: unbounded) is how many positions a forward may use, an engine's model length: windows that reach past
+    `max_tokens` stop short of it."""
 
     max_tokens: int = 64
     eos_token_ids: tuple[int, ...] = ()
+    context: int | None = None
 
     def __post_init__(self) -> None:
         require(self.max_tokens >= 1, "max_tokens", "a positive integer", self.max_tokens)
@@ -123,6 +127,12 @@ class Decoder(ABC):
     @property
     def remaining(self) -> int:
         return self.limits.max_tokens - len(self.output)
+
+    @property
+    def room(self) -> int:
+        """Positions left from the next token to the end of the context (`Limits.context`)."""
+        context = self.limits.context
+        return sys.maxsize if context is None else context - self.num_tokens
 
     def prefill(self) -> Forward:
         """Causal prefill of the whole prompt; its last row gives the first token."""

@@ -3,9 +3,9 @@
 Per block `[seed, mask x (B-1)]`: bidirectional forwards over the cached prefix (KV not kept) reveal the
 most confident mask plus every mask whose confidence reaches tau (a slot's logit row per the checkpoint's
 `dlm_type`); once the block is revealed one causal forward writes its KV and its last row gives the next seed.
-Blocks keep B slots up to the end (slots past `max_tokens` condition the others but are never emitted), so the
-output for n tokens is a prefix of that for more; the last block stops once its leading revealed run covers
-`max_tokens` or reaches an EOS.
+Blocks keep B slots up to the end of the context (slots past `max_tokens` condition the others but are never
+emitted), so the output for n tokens is a prefix of that for more; the last block stops once its leading revealed
+run covers `max_tokens` or reaches an EOS.
 """
 
 from dataclasses import dataclass
@@ -66,7 +66,7 @@ class DiffusionDecoder(Decoder):
         self._masked = torch.zeros(0, dtype=torch.bool)
 
     def _new_block(self) -> None:
-        size = self.config.block_size - 1
+        size = min(self.config.block_size - 1, self.room)
         self.block = torch.tensor([self.last_token] + [self.config.mask_token_id] * size)
         self._masked = torch.tensor([False] + [True] * size)
 

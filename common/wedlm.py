@@ -79,8 +79,9 @@ class WeDLMDecoder(Decoder):
 
     def _refill(self, committing: int) -> None:
         """Append masks so that, once `committing` slots leave, the window holds W slots: W to the end, also past
-        `max_tokens` (fills there are never emitted), so the output for n tokens is a prefix of that for more."""
-        extra = max(self.config.window + committing - len(self.slots), 0)
+        `max_tokens` (fills there are never emitted), so the output for n tokens is a prefix of that for more; never
+        past the context."""
+        extra = max(min(self.config.window + committing, self.room) - len(self.slots), 0)
         self.slots += [self.config.mask_token_id] * extra
         self.filled += [False] * extra
 

@@ -125,7 +125,8 @@ class CommitWorker(PluginWorker):
             prompt = list(req.origin_input_ids) + list(req.output_ids)
             state = self.held(req)
             if length == len(prompt) and state is None:
-                limits = Limits(max_tokens=req.sampling_params.max_new_tokens - len(req.output_ids))
+                limits = Limits(max_tokens=req.sampling_params.max_new_tokens - len(req.output_ids),
+                                context=self.model_runner.model_config.context_len)
                 decoder = make_decoder(self.mode, self.config, prompt, sampling_of(req), limits)
                 forward = decoder.next_forward()
                 decoder.apply(logits[row][None][forward.logit_rows - (len(prompt) - 1)].float().cpu())

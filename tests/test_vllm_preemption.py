@@ -64,3 +64,23 @@ def test_preempted_requests_give_the_roomy_tokens(engine_dir, prompts, spec):
     assert none == 0 and preemptions >= 8
     assert all(len(tokens) == MAX_TOKENS for tokens in tight)
     ties.compare(tight, roomy, margins(model_dir, spec, prompts))
+
+
+@pytest.mark.parametrize(("spec", "margin"), [(SPECS[0], 0), (SPECS[1], 1)], ids=["wedlm", "diffusion"])
+def test_requests_up_to_the_model_length(engine_dir, prompts, spec, margin):
+    """A request whose prompt and max_tokens fill the model length ends: windows stop short of the context (vLLM's
+    model length, less the sampled token its scheduler keeps room for), as the reference decoder's with that
+    context."""
+    model_dir, prompts = engine_dir["qwen3"], prompts[:4]
+    model, tokenizer = load(model_dir)
+    config = parse_config(spec["method"], {k: v for k, v in spec.items() if k != "method"},
+                          mask_token_id=model.config.mask_token_id)
+    ids = [tokenizer.encode(p) for p in prompts]
+    limits = [Limits(256 - len(i), context=256 - margin) for i in ids]
+    expected = [ReferenceRunner(model).run(make_decoder(spec["method"], config, i, ReferenceSampling(), limit))
+                for i, limit in zip(ids, limits, strict=True)]
+    params = [SamplingParams(temperature=0, max_tokens=limit.max_tokens, ignore_eos=True) for limit in limits]
+    with engine(model_dir, spec, max_model_len=256) as llm:
+        got = [list(o.outputs[0].token_ids) for o in llm.generate(prompts, params)]
+    assert [len(tokens) for tokens in got] == [limit.max_tokens for limit in limits]
+    ties.compare(got, [e.token_ids for e in expected], [e.margins for e in expected])

@@ -93,3 +93,27 @@ def test_metrics_endpoint_reports_acceptance(server):
     accepted = [v for k, v in samples.items() if k.startswith("vllm:spec_decode_num_accepted_tokens_per_pos_total")]
     assert drafts and drafts[0] > 0
     assert accepted and accepted[0] > 0
+
+
+REFUSED = [("logprobs", {"logprobs": 2}), ("presence_penalty", {"presence_penalty": 0.5}),
+           ("frequency_penalty", {"frequency_penalty": 0.5}), ("logit_bias", {"logit_bias": {"5": 3}}),
+           ("repetition_penalty", {"extra_body": {"repetition_penalty": 1.3}}),
+           ("min_p", {"extra_body": {"min_p": 0.1}}), ("min_tokens", {"extra_body": {"min_tokens": 3}}),
+           ("prompt_logprobs", {"extra_body": {"prompt_logprobs": 1}}),
+           ("structured_outputs", {"extra_body": {"structured_outputs": {"regex": "[a-z]+"}}}),
+           ("allowed_token_ids", {"extra_body": {"allowed_token_ids": [5, 6]}}),
+           ("bad_words", {"extra_body": {"bad_words": ["def"]}})]
+
+
+def test_unapplied_options_refused_by_name(server, spec, cases):
+    """`wedlm` and `diffusion` refuse, with a 400 naming it, every per-request option their decoders would not
+    apply, and keep serving; the lossless methods (vLLM's rejection sampler applies them) accept them."""
+    prompt, _, text, _, _ = cases[0]
+    for name, extra in REFUSED:
+        if spec["method"] in LOSSLESS:
+            if name not in ("structured_outputs", "prompt_logprobs"):
+                server.completions.create(model="tiny", prompt=prompt, max_tokens=4, temperature=0, **extra)
+            continue
+        with pytest.raises(openai.BadRequestError, match=name):
+            server.completions.create(model="tiny", prompt=prompt, max_tokens=4, temperature=0, **extra)
+    assert complete(server, prompt, {})[0] == text  # still serving

@@ -30,9 +30,13 @@ class CommitRequest:
 class CommitProposer(PluginProposer):
     """The shared engine side; subclasses say what to draft for the decoder's next forward."""
 
+    # Positions vLLM's scheduler keeps free past a request's scheduled tokens (its sampled token per step).
+    context_margin = 1
+
     def __init__(self, vllm_config: Any) -> None:
         super().__init__(vllm_config)
         self.requests: dict[str, CommitRequest] = {}
+        self.max_model_len: int = vllm_config.model_config.max_model_len
 
     def forget(self, finished_req_ids: set[str]) -> None:
         super().forget(finished_req_ids)
@@ -43,7 +47,7 @@ class CommitProposer(PluginProposer):
         """A decoder for a request whose prompt has just been prefilled, seeded as `common.generate` seeds."""
         request = runner.requests[req_id]
         sampling = request_sampling(request.sampling_params)
-        limits = Limits(max_tokens=request.sampling_params.max_tokens)
+        limits = Limits(max_tokens=request.sampling_params.max_tokens, context=self.max_model_len - self.context_margin)
         decoder = make_decoder(self.method, self.config, list(request.prompt_token_ids), sampling, limits)
         self.requests[req_id] = state = CommitRequest(decoder, decoder.next_forward())
         return state
@@ -62,7 +66,7 @@ class CommitProposer(PluginProposer):
         request's KV, nor part of a window (vLLM's token budget), both of which commit nothing."""
         request, forward = runner.requests[req_id], state.forward
         return (state.pending is None and forward is not None and forward.num_tokens == scheduled
-                and request.num_computed_tokens + scheduled > request.num_tokens)
+                and request.num_computed_tokens == state.decoder.cache_len)
 
     def before_sample(self, runner: Any, logits: torch.Tensor, metadata: Any) -> Any:
         from vllm.v1.outputs import SamplerOutput
@@ -104,7 +108,6 @@ class CommitProposer(PluginProposer):
     def draft(
         self, runner: Any, scheduler_output: Any, sampled_token_ids: list[list[int]]
     ) -> tuple[list[list[int]], None]:
-        self.forget(scheduler_output.finished_req_ids)
         scheduled = scheduler_output.num_scheduled_tokens
         planned = [
             (row, state)

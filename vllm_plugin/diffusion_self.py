@@ -19,7 +19,6 @@ class DiffusionSelfProposer(PluginProposer):
     def draft(
         self, runner: Any, scheduler_output: Any, sampled_token_ids: list[list[int]]
     ) -> tuple[list[list[int]], torch.Tensor | None]:
-        self.forget(scheduler_output.finished_req_ids)
         batch = runner.input_batch
         k = self.config.num_speculative_tokens
         windows = []

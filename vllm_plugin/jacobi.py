@@ -51,7 +51,6 @@ class JacobiProposer(PluginProposer):
     def draft(
         self, runner: Any, scheduler_output: Any, sampled_token_ids: list[list[int]]
     ) -> tuple[list[list[int]], None]:
-        self.forget(scheduler_output.finished_req_ids)
         batch = runner.input_batch
         drafts: list[list[int]] = []
         for row, req_id in enumerate(batch.req_ids):

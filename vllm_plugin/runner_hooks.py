@@ -14,7 +14,8 @@ _installed = False
 
 
 def install() -> None:
-    """Wrap `GPUModelRunner.propose_draft_token_ids` and `_sample` (the CPU runner inherits both); idempotent."""
+    """Wrap `GPUModelRunner.propose_draft_token_ids`, `_input_fits_in_drafter`, `_update_states`, `_sample` and
+    `_model_forward` (the CPU runner inherits them); idempotent."""
     global _installed
     if _installed:
         return
@@ -23,6 +24,8 @@ def install() -> None:
     from vllm_plugin.proposer import PluginProposer
 
     propose_draft_token_ids = GPUModelRunner.propose_draft_token_ids
+    input_fits_in_drafter = GPUModelRunner._input_fits_in_drafter
+    update_states = GPUModelRunner._update_states
     sample = GPUModelRunner._sample
     model_forward = GPUModelRunner._model_forward
 
@@ -35,6 +38,23 @@ def install() -> None:
         self._draft_probs = probs
         self._draft_prob_req_ids = None if probs is None else list(self.input_batch.req_ids)
         return drafts
+
+    @functools.wraps(update_states)
+    def update_states_forgetting(self: Any, scheduler_output: Any) -> Any:
+        """Drop the plugin's state of finished and aborted requests in every step, also the empty one vLLM runs
+        only to announce them."""
+        drafter = getattr(self, "drafter", None)
+        if isinstance(drafter, PluginProposer):
+            drafter.forget(scheduler_output.finished_req_ids)
+        return update_states(self, scheduler_output)
+
+    @functools.wraps(input_fits_in_drafter)
+    def fits_our_drafter(self: Any, common_attn_metadata: Any) -> bool:
+        """vLLM skips drafting for the whole batch (and schedules zeros) once its longest request is within
+        `num_speculative_tokens` of the model length; our proposers keep each request's windows inside it."""
+        if isinstance(getattr(self, "drafter", None), PluginProposer):
+            return True
+        return input_fits_in_drafter(self, common_attn_metadata)
 
     @functools.wraps(sample)
     def sample_committed(self: Any, logits: torch.Tensor | None, spec_decode_metadata: Any) -> Any:
@@ -53,6 +73,8 @@ def install() -> None:
         return model_forward(self, input_ids, positions, *args, **kwargs)
 
     GPUModelRunner.propose_draft_token_ids = propose_with_runner
+    GPUModelRunner._input_fits_in_drafter = fits_our_drafter
+    GPUModelRunner._update_states = update_states_forgetting
     GPUModelRunner._sample = sample_committed
     GPUModelRunner._model_forward = model_forward_positioned
     _installed = True

@@ -11,6 +11,7 @@ from vllm_plugin.commit import CommitProposer, CommitRequest
 
 
 class WeDLMProposer(CommitProposer):
+    context_margin = 0  # no sampled token per step
     def plan(self, runner: Any, planned: list[tuple[int, CommitRequest]]) -> dict[int, list[int]]:
         drafts = {}
         for row, state in planned:
