@@ -97,10 +97,10 @@ def test_committed_kv_equals_fresh_prefill(engine_dir, prompts, monkeypatch, spe
     prefill_logits: dict[tuple[int, ...], torch.Tensor] = {}
     commit = CommitProposer.commit
 
-    def spy(self, state, sampled, scheduled):
+    def spy(self, state, sampled):
         if state.decoder.forwards == 0:
             prefill_logits[tuple(state.decoder.prompt)] = sampled[-1].float().cpu().clone()
-        return commit(self, state, sampled, scheduled)
+        return commit(self, state, sampled)
 
     monkeypatch.setattr(CommitProposer, "commit", spy)
     with engine(engine_dir["qwen3"], spec) as llm:

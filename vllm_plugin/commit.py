@@ -84,7 +84,7 @@ class CommitProposer(PluginProposer):
                     state = self.start(runner, req_id)
             elif state.pending is None and not self.scheduled_window(runner, req_id, state, scheduled):
                 state = None  # the decoder goes on with the window planned again
-            committed.append([] if state is None else self.commit(state, logits[start:end], scheduled))
+            committed.append([] if state is None else self.commit(state, logits[start:end]))
             start = end
         width = max(2, *(len(tokens) + 1 for tokens in committed))
         out = torch.full((len(committed), width), -1, dtype=torch.int32)
@@ -92,7 +92,7 @@ class CommitProposer(PluginProposer):
             out[row, : len(tokens)] = torch.tensor(tokens, dtype=torch.int32)
         return SamplerOutput(sampled_token_ids=out.to(logits.device), logprobs_tensors=None)
 
-    def commit(self, state: CommitRequest, sampled: torch.Tensor, scheduled: int) -> list[int]:
+    def commit(self, state: CommitRequest, sampled: torch.Tensor) -> list[int]:
         """The tokens this step commits: the decoder digests its planned forward, whose last rows are `sampled`.
 
         vLLM computes logits for a request's last `sampled` rows: all of a window's rows (WeDLM's, after one
