@@ -1,36 +1,34 @@
-"""Decode prompts on tiny local models with every method; print tokens per forward and agreement with AR.
+"""Decode prompts with every method on the checkpoint trained for it; print tokens per forward and agreement with AR.
 
-Trains two tiny checkpoints on standard-library sources first (about a minute each, cached in --models):
-an NLD-style one (block diffusion + AR) for jacobi / diffusion_self / diffusion, and a WeDLM-style one for wedlm.
+Copies the shipped tiny checkpoints (`scripts.trained_models`) into --models first.
 
-    python -m scripts.demo [--models DIR] [--steps 300] [--max-tokens 48]
+    python -m scripts.demo [--models DIR] [--max-tokens 48]
 """
 
 import argparse
 import json
 from pathlib import Path
 
-from common.checkpoint import eos_token_ids, load, resolve_mask_token_id
+from common.checkpoint import eos_token_ids, load
 from common.decoder import Limits
-from common.draft_layout import resolve_dlm_type
+from common.diffusion_self import DRAFT_ADAPTER
+from common.draft_layout import complete_config
+from common.lora import LoRA
 from common.methods import make_decoder, parse_config
 from common.runner import ReferenceRunner
 from common.sampling import SamplingParams
-from scripts.train_tiny_dlm import save, train
+from scripts.trained_models import copy
 
 PROMPTS = ["def wrap(text, width=70):", "import heapq\n", "class Formatter:"]
+CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 METHODS = {
     "nld": [
-        ("jacobi", {"block_size": 8}),
-        ("jacobi", {"block_size": 8, "num_blocks": 2, "pool_size": 4, "verification_size": 4}),
-        ("diffusion_self", {"num_speculative_tokens": 8}),
-        ("diffusion", {"block_size": 8, "confidence_threshold": 0.9}),
-        ("diffusion", {"block_size": 8, "confidence_threshold": 0.5}),
+        ("diffusion_self", "tiny-nld-self-spec.json"),
+        ("diffusion", "tiny-nld-diffusion.json"),
     ],
-    "wedlm": [
-        ("wedlm", {"window": 8, "entropy_threshold": 0.4, "distance_penalty": 0.02}),
-        ("wedlm", {"window": 8, "entropy_threshold": 2.0, "distance_penalty": 0.02}),
-    ],
+    "wedlm": [("wedlm", "tiny-wedlm.json")],
+    "jacobi_forcing": [("jacobi", "tiny-jacobi-forcing.json")],
+    "ar": [("jacobi", "tiny-jacobi-forcing.json")],
 }
 
 
@@ -40,24 +38,18 @@ def agreement(tokens: list[int], reference: list[int]) -> float:
     return same / max(len(reference), 1)
 
 
-def ensure_model(path: Path, objective: str, steps: int) -> Path:
-    if not (path / "config.json").exists():
-        print(f"training the {objective} tiny model ({steps} steps) into {path}", flush=True)
-        save(*train(objective, steps), path, objective)
-    return path
-
-
-def report(path: Path, methods: list[tuple[str, dict]], max_tokens: int) -> None:
+def report(path: Path, methods: list[tuple[str, str]], max_tokens: int) -> None:
     model, tokenizer = load(path)
-    mask_id = resolve_mask_token_id(model.config, tokenizer)
     limits = Limits(max_tokens, eos_token_ids(model, tokenizer))
-    runner = ReferenceRunner(model)
+    lora = path / "linear_spec_lora"
+    runner = ReferenceRunner(model, adapters={DRAFT_ADAPTER: LoRA(model, lora).enabled} if lora.is_dir() else {})
     architecture = json.loads((path / "config.json").read_text())["architectures"][0]
     print(f"\n{path} ({architecture}), {len(PROMPTS)} prompts x {max_tokens} tokens, greedy")
     print(f"{'method':<72} {'tokens':>6} {'fwd':>5} {'tok/fwd':>8} {'p_cache':>8} {'= AR':>6}")
     reference: dict[str, list[int]] = {}
-    for method, settings in [("ar", {}), *methods]:
-        config = resolve_dlm_type(parse_config(method, settings, mask_token_id=mask_id), model.config)
+    for method, preset in [("ar", None), *methods]:
+        settings = json.loads((CONFIGS / preset).read_text()) if preset else {}
+        config = complete_config(parse_config(method, settings), model.config, lambda: tokenizer)
         tokens = forwards = 0
         agree = cache_rate = 0.0
         for prompt in PROMPTS:
@@ -67,6 +59,7 @@ def report(path: Path, methods: list[tuple[str, dict]], max_tokens: int) -> None
             cache_rate += result.p_cache / len(PROMPTS)
             agree += agreement(result.token_ids, reference[prompt]) / len(PROMPTS)
         label = f"{method} {json.dumps(settings, separators=(',', ':'))}" if settings else method
+        label = label.replace('"draft_adapter":"linear_spec_lora"', "lora")
         print(f"{label:<72} {tokens:>6} {forwards:>5} {tokens / forwards:>8.2f} "
               f"{cache_rate:>8.2f} {agree:>6.0%}")
     print(f"  {PROMPTS[0]!r} -> {tokenizer.decode(reference[PROMPTS[0]])!r}")
@@ -74,12 +67,12 @@ def report(path: Path, methods: list[tuple[str, dict]], max_tokens: int) -> None
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default="out/demo-models", help="where the trained tiny checkpoints are cached")
-    parser.add_argument("--steps", type=int, default=300, help="training steps per tiny model")
+    parser.add_argument("--models", default="out/trained-models", help="where the shipped checkpoints are copied")
     parser.add_argument("--max-tokens", type=int, default=48)
     args = parser.parse_args()
-    for objective, methods in METHODS.items():
-        report(ensure_model(Path(args.models) / objective, objective, args.steps), methods, args.max_tokens)
+    paths = copy(Path(args.models))
+    for name, methods in METHODS.items():
+        report(paths[name], methods, args.max_tokens)
 
 
 if __name__ == "__main__":

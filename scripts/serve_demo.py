@@ -1,25 +1,35 @@
-"""The main job: vLLM's OpenAI server on a tiny local model, decoding with diffusion self-speculation.
+"""The main job: vLLM's OpenAI server on a shipped tiny checkpoint, the same prompts decoded with AR and with a
+parallel decoder on the same server setup, side by side: completions, tokens per forward, tokens/s, speedup.
 
-Trains (or reuses, cached in --models) the NLD-style tiny checkpoint, serves it with
-`--speculative-config '{"method": "diffusion_self", "num_speculative_tokens": 8}'`, sends real requests with
-the `openai` client (eight at once, then one streamed) and prints the answers, throughput and vLLM's own
-speculative-decoding metrics.
+Copies the shipped checkpoints (`scripts.trained_models`) into --models, then for AR and for the method in turn
+starts the server, sends the prompts one at a time (batch 1) and all at once (batch 8) with the `openai` client,
+greedy, and reads vLLM's own speculative-decoding metrics.
 
-    python -m scripts.serve_demo [--models DIR] [--steps 300] [--max-tokens 48]
+    python -m scripts.serve_demo [--models DIR] [--method jacobi] [--max-tokens 64]
 """
 
 import argparse
+import json
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from scripts.demo import ensure_model
+import openai
+
+from scripts.trained_models import copy
 from scripts.vllm_server import metrics, vllm_server
 
-SPEC = {"method": "diffusion_self", "num_speculative_tokens": 8}
+CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+# method -> (checkpoint trained for it, vLLM speculative config, forwards per verify step)
+DEMOS = {
+    "jacobi": ("jacobi_forcing", {"method": "jacobi", **json.loads((CONFIGS / "tiny-jacobi-forcing.json").read_text()),
+                                  "pool_size": 0}, 1),
+    "diffusion_self": ("nld", {"method": "diffusion_self", "num_speculative_tokens": 7}, 2),
+}
 PROMPTS = [
     "def wrap(text, width=70):",
-    "import heapq\n",
+    "import heapq",
     "class Formatter:",
     "    def __init__(self, ",
     "def bisect_left(a, x, lo=0, hi=None):",
@@ -29,44 +39,69 @@ PROMPTS = [
 ]
 
 
+@dataclass
+class Run:
+    """One server's answers and timings."""
+
+    label: str
+    texts: list[str] = field(default_factory=list)
+    tokens_per_second: dict[int, float] = field(default_factory=dict)
+    tokens_per_forward: float = 1.0
+
+
+def measure(client: openai.OpenAI, label: str, max_tokens: int, forwards_per_step: int) -> Run:
+    def complete(prompt: str):
+        return client.completions.create(model="tiny", prompt=prompt, max_tokens=max_tokens, temperature=0)
+
+    complete(PROMPTS[0])  # warm-up
+    before = metrics(client)
+    run = Run(label)
+    start = time.perf_counter()
+    answers = [complete(p) for p in PROMPTS]
+    run.tokens_per_second[1] = sum(a.usage.completion_tokens for a in answers) / (time.perf_counter() - start)
+    run.texts = [a.choices[0].text for a in answers]
+    after = metrics(client)
+    start = time.perf_counter()
+    with ThreadPoolExecutor(len(PROMPTS)) as pool:
+        answers = list(pool.map(complete, PROMPTS))
+    seconds = time.perf_counter() - start
+    run.tokens_per_second[len(PROMPTS)] = sum(a.usage.completion_tokens for a in answers) / seconds
+
+    def total(samples: dict[str, float], name: str) -> float:
+        return sum(v for k, v in samples.items() if k.startswith(name))
+
+    drafts = total(after, "vllm:spec_decode_num_drafts_total") - total(before, "vllm:spec_decode_num_drafts_total")
+    accepted = (total(after, "vllm:spec_decode_num_accepted_tokens_total")
+                - total(before, "vllm:spec_decode_num_accepted_tokens_total"))
+    if drafts:
+        run.tokens_per_forward = (1 + accepted / drafts) / forwards_per_step
+    return run
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default="out/demo-models", help="where the trained tiny checkpoints are cached")
-    parser.add_argument("--steps", type=int, default=300, help="training steps for the tiny model")
-    parser.add_argument("--max-tokens", type=int, default=48)
+    parser = argparse.ArgumentParser(prog="python -m scripts.serve_demo", description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="out/trained-models", help="where the shipped checkpoints are copied")
+    parser.add_argument("--method", choices=sorted(DEMOS), default="jacobi")
+    parser.add_argument("--max-tokens", type=int, default=64)
     args = parser.parse_args()
-    model = ensure_model(Path(args.models) / "nld", "nld", args.steps)
-    print(f"starting vLLM's OpenAI server on {model} with {SPEC}", flush=True)
-    with vllm_server(model, SPEC, log_path=Path(args.models) / "vllm-server.log") as client:
-
-        def complete(prompt: str):
-            return client.completions.create(model="tiny", prompt=prompt, max_tokens=args.max_tokens, temperature=0)
-
-        start = time.perf_counter()
-        with ThreadPoolExecutor(len(PROMPTS)) as pool:
-            answers = list(pool.map(complete, PROMPTS))
-        seconds = time.perf_counter() - start
-        for prompt, answer in zip(PROMPTS, answers, strict=True):
-            print(f"\n--- {prompt!r}\n{answer.choices[0].text}")
-        tokens = sum(a.usage.completion_tokens for a in answers)
-        print(f"\n{len(PROMPTS)} concurrent requests: {tokens} tokens, {seconds:.2f} s, {tokens / seconds:.1f} tok/s")
-        print("\nstreamed:", end=" ", flush=True)
-        chunks = client.completions.create(
-            model="tiny", prompt=PROMPTS[0], max_tokens=args.max_tokens, temperature=0, stream=True
-        )
-        for chunk in chunks:
-            print(chunk.choices[0].text, end="", flush=True)
-        samples = metrics(client)
-    drafts = sum(v for k, v in samples.items() if k.startswith("vllm:spec_decode_num_drafts_total"))
-    accepted = sum(v for k, v in samples.items() if k.startswith("vllm:spec_decode_num_accepted_tokens_total"))
-    per_position = {
-        int(k.split('position="')[1].split('"')[0]): v
-        for k, v in samples.items()
-        if k.startswith("vllm:spec_decode_num_accepted_tokens_per_pos_total")
-    }
-    print(f"\n\nvLLM metrics: {drafts:.0f} drafts, {accepted:.0f} drafted tokens accepted, "
-          f"{1 + accepted / max(drafts, 1):.2f} tokens per verify step (2 forwards each: draft + verify)")
-    print("accepted per draft position:", [int(per_position[i]) for i in sorted(per_position)])
+    checkpoint, spec, forwards_per_step = DEMOS[args.method]
+    model = copy(Path(args.models))[checkpoint]
+    runs = []
+    for label, config in (("ar", None), (args.method, spec)):
+        print(f"starting vLLM's OpenAI server on {model} with speculative config {config}", flush=True)
+        with vllm_server(model, config, log_path=Path(args.models) / f"vllm-{label}.log") as client:
+            runs.append(measure(client, label, args.max_tokens, forwards_per_step if config else 1))
+    ar, method = runs
+    for prompt, want, got in zip(PROMPTS, ar.texts, method.texts, strict=True):
+        print(f"\n--- {prompt!r}\n{got}" + ("" if got == want else f"\n--- (AR said)\n{want}"))
+    print(f"\n{len(PROMPTS)} prompts x {args.max_tokens} tokens, greedy, {checkpoint} checkpoint, vLLM on CPU")
+    print(f"{'':<16} {'tok/fwd':>8} {'tok/s b=1':>10} {'tok/s b=8':>10} {'speedup b=1':>12} {'speedup b=8':>12}")
+    for run in runs:
+        speed = [run.tokens_per_second[b] / ar.tokens_per_second[b] for b in (1, len(PROMPTS))]
+        print(f"{run.label:<16} {run.tokens_per_forward:>8.2f} {run.tokens_per_second[1]:>10.1f} "
+              f"{run.tokens_per_second[len(PROMPTS)]:>10.1f} {speed[0]:>11.2f}x {speed[1]:>11.2f}x")
+    same = sum(a == b for a, b in zip(ar.texts, method.texts, strict=True))
+    print(f"{same}/{len(PROMPTS)} completions identical to AR")
 
 
 if __name__ == "__main__":

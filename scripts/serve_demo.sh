@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The main job: a real vLLM server on a tiny local model, answering requests with diffusion self-speculation.
+# The main job: vLLM's OpenAI server on a shipped tiny checkpoint, AR and a parallel decoder side by side.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_env.sh

@@ -66,25 +66,26 @@ def test_greedy_equals_no_speculation(engine_dir, requests, spec):
     assert stats.num_drafts > 0
 
 
-def untied(model_dir, method: str, settings: dict, prompts: list[str]) -> list[str]:
+def untied(model_dir, method: str, settings: dict, prompts: list[str], max_tokens: int = MAX_TOKENS) -> list[str]:
     """The prompts on which the reference runner's decoding with `method` takes no decision near a tie."""
     model, tokenizer = load(model_dir)
     config = parse_config(method, settings, mask_token_id=model.config.mask_token_id)
     kept = []
     for prompt in prompts:
-        decoder = make_decoder(method, config, tokenizer.encode(prompt), ReferenceSampling(), Limits(MAX_TOKENS))
+        decoder = make_decoder(method, config, tokenizer.encode(prompt), ReferenceSampling(), Limits(max_tokens))
         if ties.tie_position(ReferenceRunner(model).run(decoder).margins) is None:
             kept.append(prompt)
     return kept
 
 
-def reference_stats(model_dir, method: str, settings: dict, prompts: list[str]) -> AcceptanceStats:
+def reference_stats(model_dir, method: str, settings: dict, prompts: list[str], max_tokens: int = MAX_TOKENS
+                    ) -> AcceptanceStats:
     """Acceptance counters of `common/`'s reference runner over `prompts`, summed as vLLM sums them."""
     model, tokenizer = load(model_dir)
     config = parse_config(method, settings, mask_token_id=model.config.mask_token_id)
     total = AcceptanceStats()
     for prompt in prompts:
-        decoder = make_decoder(method, config, tokenizer.encode(prompt), ReferenceSampling(), Limits(MAX_TOKENS))
+        decoder = make_decoder(method, config, tokenizer.encode(prompt), ReferenceSampling(), Limits(max_tokens))
         ReferenceRunner(model).run(decoder)
         stats = decoder.acceptance
         total.num_drafts += stats.num_drafts

@@ -1,0 +1,138 @@
+"""Quality of the tiny trained checkpoints on held-out standard-library files, in the reference runner.
+
+Held-out loss in bits per byte for each model, and, greedy, tokens per forward (every forward counted: draft,
+reveal, verify) and agreement with the same model's greedy AR output for each method's preset.
+
+    python -m scripts.evaluate --models DIR [--prompts 24] [--max-tokens 64] [--json OUT]
+"""
+
+import argparse
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from common.checkpoint import eos_token_ids, load
+from common.decoder import Limits
+from common.diffusion_self import DRAFT_ADAPTER
+from common.draft_layout import complete_config
+from common.lora import LoRA
+from common.methods import make_decoder, parse_config
+from common.runner import ReferenceRunner
+from common.sampling import SamplingParams
+from scripts import corpus
+
+CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+# (checkpoint, method, preset): the measurements the README's table and the floors test report.
+PRESETS = [
+    ("nld", "diffusion_self", "tiny-nld-self-spec.json"),
+    ("nld", "diffusion", "tiny-nld-diffusion.json"),
+    ("wedlm", "wedlm", "tiny-wedlm.json"),
+    ("jacobi_forcing", "jacobi", "tiny-jacobi-forcing.json"),
+    ("ar", "jacobi", "tiny-jacobi-forcing.json"),
+]
+
+
+@dataclass
+class MethodScore:
+    """A method's greedy outputs on the prompts, its forwards, and greedy AR's outputs and decision margins."""
+
+    checkpoint: str
+    method: str
+    preset: str
+    outputs: list[list[int]]
+    forwards: int
+    reference: list[list[int]]
+    reference_margins: list[list[float]]
+
+    @property
+    def tokens(self) -> int:
+        return sum(map(len, self.outputs))
+
+    @property
+    def tokens_per_forward(self) -> float:
+        return self.tokens / max(self.forwards, 1)
+
+    @property
+    def agreement(self) -> float:
+        """Fraction of generated positions equal to greedy AR's."""
+        same = sum(a == b for got, want in zip(self.outputs, self.reference, strict=True)
+                   for a, b in zip(got, want, strict=False))
+        return same / max(self.tokens, 1)
+
+    def summary(self) -> dict:
+        return {"checkpoint": self.checkpoint, "method": self.method, "preset": self.preset, "tokens": self.tokens,
+                "forwards": self.forwards, "tokens_per_forward": self.tokens_per_forward,
+                "agreement": self.agreement}
+
+
+@torch.inference_mode()
+def bits_per_byte(model: torch.nn.Module, tokenizer, seq_len: int = 256, max_files: int | None = None) -> float:
+    """Held-out loss: total next-token loss over every held-out file, in bits, per byte of source."""
+    nats, total_bytes = 0.0, 0
+    device = next(model.parameters()).device
+    for path in corpus.files(held_out=True)[:max_files]:
+        text = path.read_text(encoding="utf-8", errors="ignore")
+        ids = torch.tensor(tokenizer.encode(text))
+        total_bytes += len(text.encode("utf-8"))
+        for start in range(0, len(ids) - 1, seq_len):
+            chunk = ids[start : start + seq_len + 1].to(device)
+            logits = model(input_ids=chunk[None, :-1]).logits[0].float()
+            nats += torch.nn.functional.cross_entropy(logits, chunk[1:], reduction="sum").item()
+    return nats / math.log(2) / total_bytes
+
+
+def score(path: Path, method: str, preset: str, prompts: list[str], max_tokens: int, device: str = "cpu",
+          settings: dict | None = None) -> MethodScore:
+    """Greedy tokens per forward of `method` with `preset` (or `settings`) on `prompts`, and its agreement with
+    greedy AR."""
+    model, tokenizer = load(path, device=device)
+    settings = settings or json.loads((CONFIGS / preset).read_text())
+    config = complete_config(parse_config(method, settings), model.config, lambda: tokenizer)
+    adapters = {}
+    if getattr(config, "draft_adapter", None):
+        adapters[DRAFT_ADAPTER] = LoRA(model, path / config.draft_adapter).enabled
+    runner = ReferenceRunner(model, adapters=adapters)
+    limits = Limits(max_tokens, eos_token_ids(model, tokenizer))
+    score = MethodScore(path.name, method, preset, [], 0, [], [])
+    for prompt in prompts:
+        ids = tokenizer.encode(prompt)
+        got = runner.run(make_decoder(method, config, ids, SamplingParams(), limits))
+        want = runner.run(make_decoder("ar", parse_config("ar"), ids, SamplingParams(), limits))
+        score.outputs.append(got.token_ids)
+        score.forwards += got.forwards
+        score.reference.append(want.token_ids)
+        score.reference_margins.append(want.margins)
+    return score
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m scripts.evaluate", description=__doc__.splitlines()[0])
+    parser.add_argument("--models", required=True, help="a directory holding ar/ nld/ wedlm/ jacobi_forcing/")
+    parser.add_argument("--prompts", type=int, default=24)
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--json", default=None)
+    parser.add_argument("--device", default="cpu")
+    args = parser.parse_args()
+    models = Path(args.models)
+    prompts = corpus.prompts(args.prompts)
+    report: dict = {"bits_per_byte": {}, "methods": []}
+    for name in ("ar", "nld", "wedlm", "jacobi_forcing"):
+        model, tokenizer = load(models / name, device=args.device)
+        report["bits_per_byte"][name] = bpb = bits_per_byte(model, tokenizer)
+        print(f"{name:<16} held-out {bpb:.3f} bits/byte", flush=True)
+    print(f"\n{len(prompts)} held-out prompts x {args.max_tokens} tokens, greedy")
+    print(f"{'checkpoint':<16} {'method':<16} {'preset':<28} {'tok/fwd':>8} {'= AR':>6}")
+    for name, method, preset in PRESETS:
+        result = score(models / name, method, preset, prompts, args.max_tokens, args.device)
+        report["methods"].append(result.summary())
+        print(f"{name:<16} {method:<16} {preset:<28} {result.tokens_per_forward:>8.2f} {result.agreement:>6.0%}",
+              flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

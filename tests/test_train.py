@@ -1,0 +1,85 @@
+"""The training objectives put each noisy block where the decoders read it, and the Jacobi teacher's fixed point is
+greedy AR decoding."""
+
+from dataclasses import dataclass
+
+import torch
+
+from scripts import train
+from scripts.make_tiny_models import build_model
+
+MASK = 99
+RECIPE = train.Recipe(block_size=4, seq_len=20, batch_size=3)
+
+
+@dataclass
+class Output:
+    logits: torch.Tensor
+
+
+class Recorder(torch.nn.Module):
+    """Stands in for the model: keeps the forward's inputs, returns zero logits."""
+
+    def forward(self, input_ids, position_ids, attention_mask):
+        self.inputs = input_ids, position_ids, attention_mask
+        return Output(torch.zeros(*input_ids.shape, 100, requires_grad=True))
+
+
+def run(loss_fn):
+    x = (torch.arange(RECIPE.batch_size * RECIPE.seq_len).reshape(RECIPE.batch_size, -1) * 7) % 90
+    model = Recorder()
+    loss_fn(model, x, MASK, RECIPE, torch.Generator().manual_seed(1))
+    ids, positions, mask = model.inputs
+    return x, ids, positions, mask[:, 0] == 0
+
+
+def test_nld_two_stream_mask_and_blocks():
+    x, ids, positions, visible = run(train.nld_loss)
+    n = x.shape[1]
+    assert torch.equal(ids[:, :n], x) and torch.equal(positions[:, n:], positions[:, :n])
+    causal = torch.ones(n, n, dtype=torch.bool).tril()
+    for b in range(x.shape[0]):
+        assert torch.equal(visible[b, :n, :n], causal) and not visible[b, :n, n:].any()
+        noisy = ids[b, n:]
+        masked = noisy == MASK
+        assert torch.equal(noisy[~masked], x[b][~masked])
+        starts = visible[b, n:, :n].long().sum(1)  # each noisy row sees the clean prefix before its block
+        assert starts.diff().ge(0).all() and len(set(starts.tolist())) >= n // RECIPE.block_size
+        for i in range(n):
+            block = (starts == starts[i]).nonzero().flatten()
+            assert torch.equal(visible[b, n + i, n:].nonzero().flatten(), block)  # bidirectional in its block
+            assert torch.equal(visible[b, n + i, :n], torch.arange(n) < starts[i])
+            assert not masked[block[0]]  # a block's seed is never masked
+
+
+def test_wedlm_noisy_blocks_are_reordered_and_causal():
+    x, ids, positions, visible = run(train.wedlm_loss)
+    n = x.shape[1]
+    for b in range(x.shape[0]):
+        slots, noisy = positions[b, n:], ids[b, n:]
+        assert sorted(slots.tolist()) == list(range(n))
+        starts = visible[b, n:, :n].long().sum(1)
+        assert torch.equal(visible[b, n:, :n], torch.arange(n)[None] < starts[:, None])
+        for start in starts.unique().tolist():
+            rows = (starts == start).nonzero().flatten()
+            block = slots[rows]
+            assert sorted(block.tolist()) == list(range(start, start + len(rows)))  # a block at its positions
+            masked = noisy[rows] == MASK
+            assert masked.long().diff().ge(0).all()  # filled first, masks after
+            assert torch.equal(noisy[rows][~masked], x[b, block[~masked]])
+            seen = visible[b, n + rows][:, n + rows]
+            assert torch.equal(seen, torch.ones(len(rows), len(rows), dtype=torch.bool).tril())  # causal in block
+            assert not visible[b, n + rows][:, n:].sum() > seen.sum()  # nothing outside the block
+
+
+def test_jacobi_teacher_fixed_point_is_greedy_ar():
+    model = build_model("qwen3", 100, MASK, 0, hidden_size=64)
+    prefix = torch.randint(1, 90, (2, 6), generator=torch.Generator().manual_seed(0))
+    first, states, fixed = train.jacobi_trajectory(model, prefix, 5)
+    greedy = prefix
+    with torch.no_grad():
+        for _ in range(6):
+            greedy = torch.cat([greedy, model(input_ids=greedy).logits[:, -1:].argmax(-1)], 1)
+    assert torch.equal(first, greedy[:, 6]) and torch.equal(fixed, greedy[:, 7:])
+    assert torch.equal(states[0], first[:, None].expand(2, 5))  # drafts open as copies of the first token
+    assert torch.equal(states[-1], fixed) and states.shape[0] <= 6
