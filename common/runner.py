@@ -10,9 +10,19 @@ from transformers import DynamicCache, PreTrainedModel
 
 from common.attention import additive_mask
 from common.decoder import Decoder
-from common.window import Forward
+from common.window import Forward, Outcome
 
 Adapter = Callable[[], AbstractContextManager]
+
+
+@dataclass
+class Step:
+    """One forward the runner ran: what the decoder asked for, what it committed, and the cache after it (None
+    when recomputing)."""
+
+    forward: Forward
+    outcome: Outcome
+    cache: DynamicCache | None
 
 
 @dataclass
@@ -55,17 +65,17 @@ class ReferenceRunner:
             margins=decoder.decision_margins,
         )
 
-    def steps(self, decoder: Decoder) -> Iterator[DynamicCache | None]:
-        """Run `decoder` to the end, yielding the cache after each forward (None when recomputing)."""
+    def steps(self, decoder: Decoder) -> Iterator[Step]:
+        """Run `decoder` to the end, yielding each forward's `Step`."""
         cache = DynamicCache(config=self.model.config) if self.use_cache else None
         while not decoder.finished:
             forward = decoder.next_forward()
             with self.adapter(forward.adapter)():
                 logits = self.logits(forward, decoder, cache)
-            decoder.apply(logits)
+            outcome = decoder.apply(logits)
             if cache is not None and cache.get_seq_length() > decoder.cache_len:
                 cache.crop(decoder.cache_len - cache.get_seq_length())
-            yield cache
+            yield Step(forward, outcome, cache)
 
     def adapter(self, name: str | None) -> Adapter:
         """The context a forward's adapter needs; a forward asking for one the runner lacks is an error."""

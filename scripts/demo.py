@@ -45,7 +45,7 @@ def report(path: Path, methods: list[tuple[str, str]], max_tokens: int) -> None:
     runner = ReferenceRunner(model, adapters={DRAFT_ADAPTER: LoRA(model, lora).enabled} if lora.is_dir() else {})
     architecture = json.loads((path / "config.json").read_text())["architectures"][0]
     print(f"\n{path} ({architecture}), {len(PROMPTS)} prompts x {max_tokens} tokens, greedy")
-    print(f"{'method':<72} {'tokens':>6} {'fwd':>5} {'tok/fwd':>8} {'p_cache':>8} {'= AR':>6}")
+    print(f"{'method':<96} {'tokens':>6} {'fwd':>5} {'tok/fwd':>8} {'p_cache':>8} {'= AR':>6}")
     reference: dict[str, list[int]] = {}
     for method, preset in [("ar", None), *methods]:
         settings = json.loads((CONFIGS / preset).read_text()) if preset else {}
@@ -60,7 +60,7 @@ def report(path: Path, methods: list[tuple[str, str]], max_tokens: int) -> None:
             agree += agreement(result.token_ids, reference[prompt]) / len(PROMPTS)
         label = f"{method} {json.dumps(settings, separators=(',', ':'))}" if settings else method
         label = label.replace('"draft_adapter":"linear_spec_lora"', "lora")
-        print(f"{label:<72} {tokens:>6} {forwards:>5} {tokens / forwards:>8.2f} "
+        print(f"{label:<96} {tokens:>6} {forwards:>5} {tokens / forwards:>8.2f} "
               f"{cache_rate:>8.2f} {agree:>6.0%}")
     print(f"  {PROMPTS[0]!r} -> {tokenizer.decode(reference[PROMPTS[0]])!r}")
 

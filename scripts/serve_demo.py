@@ -9,7 +9,6 @@ greedy, and reads vLLM's own speculative-decoding metrics.
 """
 
 import argparse
-import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -20,11 +19,11 @@ import openai
 from scripts.trained_models import copy
 from scripts.vllm_server import metrics, vllm_server
 
-CONFIGS = Path(__file__).resolve().parent.parent / "configs"
-# method -> (checkpoint trained for it, vLLM speculative config, forwards per verify step)
+# method -> (checkpoint trained for it, vLLM speculative config, forwards per verify step). Jacobi with n=4: on
+# held-out prompts the tiny checkpoint accepts as much as with n=16 (1.14 tokens per forward) at a quarter of the
+# verify width.
 DEMOS = {
-    "jacobi": ("jacobi_forcing", {"method": "jacobi", **json.loads((CONFIGS / "tiny-jacobi-forcing.json").read_text()),
-                                  "pool_size": 0}, 1),
+    "jacobi": ("jacobi_forcing", {"method": "jacobi", "block_size": 4}, 1),
     "diffusion_self": ("nld", {"method": "diffusion_self", "num_speculative_tokens": 7}, 2),
 }
 PROMPTS = [

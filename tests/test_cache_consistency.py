@@ -62,7 +62,8 @@ def test_committed_kv_equals_fresh_prefill(qwen3, prompts, method, settings):
     config = parse_config(method, settings, mask_token_id=model.config.mask_token_id)
     for prompt in prompts[:4]:
         decoder = make_decoder(method, config, tokenizer.encode(prompt), SamplingParams(), Limits(MAX_TOKENS))
-        for cache in ReferenceRunner(model).steps(decoder):
+        for step in ReferenceRunner(model).steps(decoder):
+            cache = step.cache
             assert cache.get_seq_length() == decoder.cache_len
             fresh = fresh_prefill(model, decoder.tokens[: decoder.cache_len])
             for kept, expected in zip(cache.layers, fresh.layers, strict=True):
