@@ -1,16 +1,21 @@
-"""Benchmark parallel decoders in a serving engine against its own AR decoding: tokens/s and tokens per forward.
+"""Benchmark parallel decoders in a serving engine, each on the checkpoint trained for it, against the same engine's
+AR decoding of that checkpoint and (vLLM) its own `ngram` speculation at the same width.
 
-    python -m scripts.bench --engine vllm --model DIR --json OUT.json [--png OUT.png] [--max-tokens 64]
-    .venv-sglang/bin/python -m scripts.bench --engine sglang --model DIR --json OUT.json
+    python -m scripts.bench --engine vllm --models DIR --json OUT.json [--png OUT.png] [--batch-sizes 1,8,32]
+    .venv-sglang/bin/python -m scripts.bench --engine sglang --models DIR --json OUT.json
+    python -m scripts.bench --engine vllm --models DIR --json OUT.json --quick    # batch 1, 16 tokens (CI)
 
-Writes a list of records {engine, method, config, batch_size, tokens_per_second, tokens_per_forward, p_cache,
-speedup, acceptance_length}. Tokens per forward counts every model forward a request takes part in. For AR
-and ngram it comes from vLLM's counters (each target forward yields 1 + accepted tokens); for our methods from
-`common/`'s reference runner on the same prompts, whose decisions the engine paths reproduce token for token
-(tested), since the engines do not count our extra forwards (drafts, reveals). p_cache is WeDLM's eq. 4.
-Acceptance length is tokens per verify step (vLLM: per draft; SGLang: per speculative step after the prefill).
-SGLang runs in its own environment (`scripts/setup_sglang_env.sh`), on CPU with `scripts.sglang_server`'s
-settings (float32) when there is no GPU; it has no ngram here, and only SGLang runs `jacobi_recycling`.
+`--models` holds the trained checkpoints (`scripts.trained_models`, copied there when missing). Writes a list of
+records {engine, checkpoint, method, config, batch_size, tokens_per_second, tokens_per_forward, p_cache,
+acceptance_length, acceptance_histogram, speedup, conversion}. Speedup is over AR on the same checkpoint and batch
+size; conversion is speedup / tokens per forward (how much of the forwards saved becomes time saved). Tokens per
+forward counts every model forward a request takes part in: for AR and ngram from vLLM's counters (each target
+forward yields 1 + accepted tokens); for our methods from `common/`'s reference runner on the same prompts, whose
+decisions the engine paths reproduce token for token (tested), since the engines do not count our extra forwards
+(drafts, reveals). p_cache is WeDLM's eq. 4. Acceptance length is tokens per verify step (vLLM: per draft; SGLang:
+per speculative step after the prefill); the histogram counts verify steps by accepted drafts (vLLM only).
+SGLang runs in its own environment (`scripts/setup_sglang_env.sh`), on CPU with `scripts.sglang_server`'s settings
+(float32) when there is no GPU; it has no ngram here, and only SGLang runs `jacobi_recycling`.
 """
 
 import argparse
@@ -20,21 +25,50 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from scripts.trained_models import copy
+
+CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+
+
+def preset(name: str, **overrides) -> dict:
+    return {**json.loads((CONFIGS / name).read_text()), **overrides}
+
+
+# (name, checkpoint trained for it, engine config)
 METHODS = [
-    ("ar", None),
-    ("ngram", {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3}),
-    ("diffusion_self", {"method": "diffusion_self", "num_speculative_tokens": 8}),
-    ("jacobi", {"method": "jacobi", "block_size": 8}),
-    ("jacobi_recycling", {"method": "jacobi", "block_size": 8, "pool_size": 8, "verification_size": 4}),
-    ("wedlm", {"method": "wedlm", "window": 8, "entropy_threshold": 0.4, "distance_penalty": 0.02}),
-    ("diffusion", {"method": "diffusion", "block_size": 8, "confidence_threshold": 0.9}),
+    ("diffusion_self", "nld", {"method": "diffusion_self", "num_speculative_tokens": 7}),
+    ("jacobi", "jacobi_forcing", {"method": "jacobi", "block_size": 4}),
+    ("jacobi_recycling", "jacobi_forcing", {"method": "jacobi", **preset("tiny-jacobi-forcing.json")}),
+    ("wedlm", "wedlm", {"method": "wedlm", **preset("tiny-wedlm.json")}),
+    ("diffusion", "nld", {"method": "diffusion", **preset("tiny-nld-diffusion.json")}),
 ]
 # Methods one engine lacks: SGLang has no ngram here, vLLM's verifier takes no recycled branches.
 ONE_ENGINE = {"ngram": "vllm", "jacobi_recycling": "sglang"}
 PROMPTS = [
-    "def wrap(text, width=70):", "import heapq\n", "class Formatter:", "    def __init__(self, ",
+    "def wrap(text, width=70):", "import heapq", "class Formatter:", "    def __init__(self, ",
     "def bisect_left(a, x, lo=0, hi=None):", "for line in lines:", "    return ''.join(", "if __name__ == '__main__':",
 ]
+
+
+def width(spec: dict) -> int:
+    """Tokens a method proposes per step: the width its ngram peer gets."""
+    if spec["method"] == "diffusion_self":
+        return spec["num_speculative_tokens"]
+    if spec["method"] == "jacobi":
+        return spec.get("block_size", 16) * spec.get("num_blocks", 1)
+    if spec["method"] == "wedlm":
+        return spec.get("window", 16)
+    return spec.get("block_size", 32) - 1
+
+
+def ngram(spec: dict) -> dict:
+    return {"method": "ngram", "num_speculative_tokens": width(spec), "prompt_lookup_max": 3}
+
+
+def histogram(num_drafts: int, accepted_per_position: list[int]) -> list[int]:
+    """Verify steps by number of accepted drafts, from per-position acceptance counts."""
+    reached = [num_drafts, *accepted_per_position, 0]
+    return [reached[k] - reached[k + 1] for k in range(len(reached) - 1)]
 
 
 def run_vllm(model: str, spec: dict | None, batch_size: int, max_tokens: int, rounds: int) -> dict:
@@ -47,7 +81,7 @@ def run_vllm(model: str, spec: dict | None, batch_size: int, max_tokens: int, ro
     from vllm_plugin.metrics import acceptance
 
     llm = LLM(model=model, speculative_config=spec, enforce_eager=True, kv_cache_memory_bytes=256 << 20,
-              max_model_len=512, max_num_seqs=batch_size, disable_log_stats=False, seed=0)
+              dtype="float32", max_model_len=512, max_num_seqs=batch_size, disable_log_stats=False, seed=0)
     params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
     batches = [[PROMPTS[(r * batch_size + i) % len(PROMPTS)] for i in range(batch_size)] for r in range(rounds)]
     llm.generate(batches[0], params, use_tqdm=False)
@@ -57,16 +91,21 @@ def run_vllm(model: str, spec: dict | None, batch_size: int, max_tokens: int, ro
         tokens += sum(len(o.outputs[0].token_ids) for o in llm.generate(batch, params, use_tqdm=False))
     seconds = time.perf_counter() - start
     drafts = accepted = 0
+    counts = None
     if spec:
         after = acceptance(llm)
         drafts = after.num_drafts - before.num_drafts
         accepted = after.num_accepted_tokens - before.num_accepted_tokens
+        per_position = [a - b for a, b in zip(after.accepted_per_position, before.accepted_per_position + [0] * (
+            len(after.accepted_per_position) - len(before.accepted_per_position)), strict=True)]
+        counts = histogram(drafts, per_position)
     del llm
     return {
         "tokens_per_second": tokens / seconds,
         "tokens_per_forward": tokens / (tokens - accepted) if accepted < tokens else None,
         "p_cache": None if spec else 1.0,
         "acceptance_length": 1 + accepted / drafts if drafts else 1.0,
+        "acceptance_histogram": counts,
         "tokens": tokens,
         "seconds": seconds,
     }
@@ -105,6 +144,7 @@ def run_sglang(model: str, spec: dict | None, batch_size: int, max_tokens: int, 
         "tokens_per_forward": None if spec else 1.0,
         "p_cache": None if spec else 1.0,
         "acceptance_length": (tokens - len(outputs)) / steps if steps else 1.0,
+        "acceptance_histogram": None,
         "tokens": tokens,
         "seconds": seconds,
     }
@@ -132,60 +172,82 @@ def reference_costs(model_dir: str, spec: dict, max_tokens: int) -> dict:
     return {"tokens_per_forward": tokens / forwards, "p_cache": generated / max(rows, 1)}
 
 
+def label(record: dict) -> str:
+    return f"{record['method']}@{record['checkpoint']}"
+
+
 def plot(records: list[dict], path: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    methods = list(dict.fromkeys(r["method"] for r in records))
+    labels = list(dict.fromkeys(label(r) for r in records))
     sizes = sorted({r["batch_size"] for r in records})
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for ax, key in zip(axes, ("tokens_per_second", "tokens_per_forward"), strict=True):
-        width = 0.8 / len(sizes)
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))
+    for ax, key in zip(axes, ("speedup", "tokens_per_forward", "conversion"), strict=True):
+        bar = 0.8 / len(sizes)
         for j, size in enumerate(sizes):
-            values = [next(r[key] for r in records if r["method"] == m and r["batch_size"] == size) for m in methods]
-            ax.bar([i + j * width for i in range(len(methods))], values, width, label=f"batch {size}")
-        ax.set_xticks([i + width * (len(sizes) - 1) / 2 for i in range(len(methods))], methods)
+            values = [next((r[key] or 0 for r in records if label(r) == m and r["batch_size"] == size), 0)
+                      for m in labels]
+            ax.bar([i + j * bar for i in range(len(labels))], values, bar, label=f"batch {size}")
+        ax.set_xticks([i + bar * (len(sizes) - 1) / 2 for i in range(len(labels))], labels, rotation=45, ha="right",
+                      fontsize=7)
+        ax.axhline(1.0, color="grey", linewidth=0.8)
         ax.set_title(key.replace("_", " "))
-        ax.legend()
-    fig.suptitle(f"{records[0]['engine']}: {records[0]['model']}")
+        ax.legend(fontsize=7)
+    fig.suptitle(f"{records[0]['engine']}, trained tiny checkpoints (speedup over AR on the same checkpoint)")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m scripts.bench", description=__doc__.splitlines()[0])
     parser.add_argument("--engine", choices=["vllm", "sglang"], required=True)
-    parser.add_argument("--model", required=True)
+    parser.add_argument("--models", default="out/trained-models", help="the trained checkpoints (copied if missing)")
     parser.add_argument("--json", required=True)
-    parser.add_argument("--png", default=None, help="bar charts of tokens/s and tokens per forward")
+    parser.add_argument("--png", default=None, help="bar charts of speedup, tokens per forward and conversion")
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=4, help="timed batches per method and batch size")
-    parser.add_argument("--batch-sizes", default="1,8")
-    parser.add_argument("--methods", default=",".join(name for name, _ in METHODS),
-                        help="comma-separated subset of the methods; ar, the baseline, always runs first")
+    parser.add_argument("--batch-sizes", default="1,8,32")
+    parser.add_argument("--methods", default=",".join(name for name, _, _ in METHODS),
+                        help="comma-separated subset; AR on each checkpoint (the baseline) and ngram always run")
+    parser.add_argument("--quick", action="store_true", help="batch 1, 16 tokens, one timed round")
     args = parser.parse_args()
-    sizes = [int(s) for s in args.batch_sizes.split(",")]
-    records = []
-    for size in sizes:
-        baseline = None
-        chosen = [(name, spec) for name, spec in METHODS if (name == "ar" or name in args.methods.split(","))
-                  and ONE_ENGINE.get(name, args.engine) == args.engine]
-        run = run_vllm if args.engine == "vllm" else run_sglang
-        for name, spec in tqdm(chosen, desc=f"batch {size}"):
-            result = run(args.model, spec, size, args.max_tokens, args.rounds)
-            if spec is not None and spec["method"] != "ngram":
-                result.update(reference_costs(args.model, spec, args.max_tokens))
-            baseline = baseline or result["tokens_per_second"]
-            records.append({"engine": args.engine, "model": args.model, "method": name, "config": spec,
-                            "batch_size": size, **result, "speedup": result["tokens_per_second"] / baseline})
+    if args.quick:
+        args.batch_sizes, args.max_tokens, args.rounds = "1", 16, 1
+    paths = copy(Path(args.models))
+    run = run_vllm if args.engine == "vllm" else run_sglang
+    chosen = [(name, checkpoint, spec) for name, checkpoint, spec in METHODS
+              if name in args.methods.split(",") and ONE_ENGINE.get(name, args.engine) == args.engine]
+    plan = []
+    for size in [int(s) for s in args.batch_sizes.split(",")]:
+        for checkpoint in dict.fromkeys(c for _, c, _ in chosen):
+            plan.append((size, checkpoint, "ar", None))
+            for name, _, spec in (m for m in chosen if m[1] == checkpoint):
+                plan.append((size, checkpoint, name, spec))
+                if ONE_ENGINE["ngram"] == args.engine:
+                    plan.append((size, checkpoint, f"ngram-{width(spec)}", ngram(spec)))
+    records, baseline = [], {}
+    for size, checkpoint, name, spec in tqdm(plan, desc=f"{args.engine} bench"):
+        if any(r["batch_size"] == size and r["checkpoint"] == checkpoint and r["method"] == name for r in records):
+            continue  # the same ngram width for two methods on one checkpoint
+        model = str(paths[checkpoint])
+        result = run(model, spec, size, args.max_tokens, args.rounds)
+        if spec is not None and spec["method"] != "ngram":
+            result.update(reference_costs(model, spec, args.max_tokens))
+        speedup = result["tokens_per_second"] / baseline.setdefault((size, checkpoint), result["tokens_per_second"])
+        records.append({"engine": args.engine, "checkpoint": checkpoint, "method": name, "config": spec,
+                        "batch_size": size, **result, "speedup": speedup,
+                        "conversion": speedup / result["tokens_per_forward"] if result["tokens_per_forward"] else None})
     Path(args.json).write_text(json.dumps(records, indent=1))
-    print(f"{'method':<16}{'batch':>6}{'tok/s':>10}{'tok/fwd':>9}{'p_cache':>9}{'accept len':>11}{'speedup':>9}")
+    print(f"{'method':<30}{'batch':>6}{'tok/s':>10}{'tok/fwd':>9}{'p_cache':>9}{'acc len':>9}{'speedup':>9}{'conv':>7}")
     for r in records:
-        p_cache = "-" if r["p_cache"] is None else f"{r['p_cache']:.2f}"
-        print(f"{r['method']:<16}{r['batch_size']:>6}{r['tokens_per_second']:>10.1f}{r['tokens_per_forward']:>9.2f}"
-              f"{p_cache:>9}{r['acceptance_length']:>11.2f}{r['speedup']:>9.2f}")
+        def fmt(value, spec=".2f"):
+            return "-" if value is None else format(value, spec)
+
+        print(f"{label(r):<30}{r['batch_size']:>6}{r['tokens_per_second']:>10.1f}{fmt(r['tokens_per_forward']):>9}"
+              f"{fmt(r['p_cache']):>9}{r['acceptance_length']:>9.2f}{r['speedup']:>9.2f}{fmt(r['conversion']):>7}")
     if args.png:
         plot(records, args.png)
 

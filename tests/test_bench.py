@@ -1,0 +1,29 @@
+"""`scripts.bench --quick` runs vLLM with a method, its AR baseline and its ngram peer on the trained checkpoint and
+writes every field the benchmark promises."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from scripts.bench import histogram
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_histogram_from_per_position_counts():
+    assert histogram(10, [6, 3, 1]) == [4, 3, 2, 1]  # steps accepting 0, 1, 2, 3 drafts
+
+
+def test_quick_bench(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "scripts.bench", "--engine", "vllm", "--models", str(tmp_path / "m"),
+                          "--json", str(tmp_path / "b.json"), "--png", str(tmp_path / "b.png"), "--quick",
+                          "--methods", "jacobi"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    records = {r["method"]: r for r in json.loads((tmp_path / "b.json").read_text())}
+    assert set(records) == {"ar", "jacobi", "ngram-4"}
+    jacobi = records["jacobi"]
+    assert jacobi["checkpoint"] == "jacobi_forcing" and jacobi["tokens_per_forward"] > 1.0
+    assert jacobi["conversion"] == jacobi["speedup"] / jacobi["tokens_per_forward"]
+    assert sum(jacobi["acceptance_histogram"]) > 0 and records["ar"]["speedup"] == 1.0
+    assert (tmp_path / "b.png").stat().st_size > 0
