@@ -311,6 +311,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=Recipe.seed)
     parser.add_argument("--device", default="cpu", help="results are deterministic per device and thread count")
     args = parser.parse_args()
+    if args.objective != "ar" and args.init is None:
+        parser.error(f"--init (an `ar` checkpoint, e.g. from `python -m scripts.trained_models DIR`) is required "
+                     f"for --objective {args.objective}")
     torch.set_num_threads(min(torch.get_num_threads(), 2))
     recipe = Recipe(steps=args.steps or DEFAULT_STEPS[args.objective], seed=args.seed)
     model, adapter = train(args.objective, recipe, args.init, args.device)

@@ -1,5 +1,5 @@
-"""The training objectives put each noisy block where the decoders read it, and the Jacobi teacher's fixed point is
-greedy AR decoding."""
+"""The training objectives put each noisy block where the decoders read it, the Jacobi teacher's fixed point is
+greedy AR decoding, and training is deterministic given a seed."""
 
 from dataclasses import dataclass
 
@@ -83,3 +83,11 @@ def test_jacobi_teacher_fixed_point_is_greedy_ar():
     assert torch.equal(first, greedy[:, 6]) and torch.equal(fixed, greedy[:, 7:])
     assert torch.equal(states[0], first[:, None].expand(2, 5))  # drafts open as copies of the first token
     assert torch.equal(states[-1], fixed) and states.shape[0] <= 6
+
+
+def test_training_is_deterministic_given_a_seed():
+    recipe = train.Recipe(steps=2, batch_size=2, seq_len=64, hidden_size=64, num_layers=1)
+    first, _ = train.train("ar", recipe)
+    second, _ = train.train("ar", recipe)
+    for (name, a), (_, b) in zip(first.state_dict().items(), second.state_dict().items(), strict=True):
+        assert torch.equal(a, b), name
