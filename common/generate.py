@@ -1,7 +1,8 @@
 """Offline generation with any method on a transformers checkpoint: the oracle for the engine adapters.
 
-    python -m common.generate --model DIR --method {ar,jacobi,diffusion_self,diffusion,wedlm} \\
-        [--config JSON] [--max-tokens N] [--temperature T] [--top-p P] [--seed S] \\
+    python -m common.generate --model DIR \\
+        --method {ar,jacobi,diffusion_self,diffusion_self_quadratic,diffusion,wedlm} [--config JSON] \\
+        [--max-tokens N] [--temperature T] [--top-p P] [--seed S] \\
         --prompts-file FILE --json OUT
 """
 

@@ -11,6 +11,7 @@ from common.diffusion import DiffusionConfig, DiffusionDecoder
 from common.diffusion_self import DiffusionSelfConfig, DiffusionSelfDecoder
 from common.errors import ConfigError
 from common.jacobi import JacobiConfig, JacobiDecoder
+from common.quadratic_self_spec import QuadraticSelfSpecConfig, QuadraticSelfSpecDecoder
 from common.sampling import SamplingParams
 from common.wedlm import WeDLMConfig, WeDLMDecoder
 
@@ -24,6 +25,7 @@ METHODS: dict[str, tuple[type, type[Decoder]]] = {
     "ar": (ARConfig, AutoregressiveDecoder),
     "jacobi": (JacobiConfig, JacobiDecoder),
     "diffusion_self": (DiffusionSelfConfig, DiffusionSelfDecoder),
+    "diffusion_self_quadratic": (QuadraticSelfSpecConfig, QuadraticSelfSpecDecoder),
     "diffusion": (DiffusionConfig, DiffusionDecoder),
     "wedlm": (WeDLMConfig, WeDLMDecoder),
 }

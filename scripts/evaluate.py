@@ -28,6 +28,7 @@ CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 # (checkpoint, method, preset): the measurements the README's table and the floors test report.
 PRESETS = [
     ("nld", "diffusion_self", "tiny-nld-self-spec.json"),
+    ("nld", "diffusion_self_quadratic", "tiny-nld-quadratic.json"),
     ("nld", "diffusion", "tiny-nld-diffusion.json"),
     ("wedlm", "wedlm", "tiny-wedlm.json"),
     ("jacobi_forcing", "jacobi", "tiny-jacobi-forcing.json"),

@@ -25,6 +25,7 @@ BAD = [
     ("diffusion", {"confidence_threshold": 1.5}, "confidence_threshold"),
     ("diffusion", {"confidence_threshold": 0}, "confidence_threshold"),
     ("diffusion_self", {"num_speculative_tokens": 0}, "num_speculative_tokens"),
+    ("diffusion_self_quadratic", {"block_size": 1}, "block_size"),
     ("jacobi", {"block_size": 0}, "block_size"),
     ("jacobi", {"num_blocks": 0}, "num_blocks"),
     ("jacobi", {"spawn_ratio": 1.2}, "spawn_ratio"),
@@ -113,7 +114,8 @@ def test_cli_refuses_model_without_mask_token(tiny_dir, tmp_path):
 @pytest.mark.parametrize("preset", sorted(Path(__file__).parent.parent.glob("configs/*.json")), ids=lambda p: p.name)
 def test_presets_parse(preset):
     method = {"wedlm": "wedlm", "nld-diffusion": "diffusion", "nld-self-spec": "diffusion_self",
-              "jacobi-forcing": "jacobi"}[preset.stem.removesuffix("-conservative").removesuffix("-aggressive")]
+              "jacobi-forcing": "jacobi", "nld-quadratic": "diffusion_self_quadratic"}[
+        preset.stem.removeprefix("tiny-").removesuffix("-conservative").removesuffix("-aggressive")]
     settings = json.loads(preset.read_text())
     config = parse_config(method, str(preset))
     assert {name: getattr(config, name) for name in settings} == settings

@@ -24,6 +24,10 @@ LOSSLESS = [
     ("diffusion_self", {"num_speculative_tokens": 4, "dlm_type": "dream"}),
     ("diffusion_self", {"num_speculative_tokens": 16}),
     ("diffusion_self", {"num_speculative_tokens": 31}),
+    ("diffusion_self_quadratic", {"block_size": 2}),
+    ("diffusion_self_quadratic", {"block_size": 5}),
+    ("diffusion_self_quadratic", {"block_size": 5, "dlm_type": "dream"}),
+    ("diffusion_self_quadratic", {"block_size": 16}),
 ]
 
 

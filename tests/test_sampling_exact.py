@@ -26,6 +26,7 @@ CASES = [
     ("jacobi", {"block_size": 3}),
     ("jacobi", {"block_size": 2, "num_blocks": 2, "spawn_ratio": 0.5, "pool_size": 4, "verification_size": 2}),
     ("diffusion_self", {"num_speculative_tokens": 2}),
+    ("diffusion_self_quadratic", {"block_size": 3}),
 ]
 PARAMS = [SamplingParams(temperature=1.0), SamplingParams(temperature=0.8, top_p=0.8)]
 

@@ -85,7 +85,7 @@ def compare_greedy(model, prompt_ids: list[list[int]], got: list[list[int]], wan
     return compare(got, want, margins)
 
 
-LOSSLESS = {"ar", "jacobi", "diffusion_self"}
+LOSSLESS = {"ar", "jacobi", "diffusion_self", "diffusion_self_quadratic"}
 
 
 def reference_ties(model_dir, method: str, settings: dict, prompts: list[str], max_tokens: int) -> list[int | None]:
