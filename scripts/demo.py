@@ -24,6 +24,7 @@ CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 METHODS = {
     "nld": [
         ("diffusion_self", "tiny-nld-self-spec.json"),
+        ("diffusion_self_quadratic", "tiny-nld-quadratic.json"),
         ("diffusion", "tiny-nld-diffusion.json"),
     ],
     "wedlm": [("wedlm", "tiny-wedlm.json")],
