@@ -11,6 +11,11 @@ from safetensors.torch import load_file
 from common.errors import ConfigError
 
 
+def delta_hook(down: torch.Tensor, up: torch.Tensor, scale: float):
+    """A forward hook adding the low-rank delta `scale * B @ A` (down = A, up = B) to a module's output."""
+    return lambda module, inputs, output: output + scale * (inputs[0] @ down.T) @ up.T
+
+
 class LoRA:
     """Low-rank deltas `scale * B @ A` added to target modules' outputs while `enabled()` is active."""
 
@@ -35,10 +40,7 @@ class LoRA:
 
     @contextmanager
     def enabled(self) -> Iterator[None]:
-        def add_delta(down: torch.Tensor, up: torch.Tensor):
-            return lambda module, inputs, output: output + self.scale * (inputs[0] @ down.T) @ up.T
-
-        handles = [module.register_forward_hook(add_delta(down, up)) for module, down, up in self.deltas]
+        handles = [module.register_forward_hook(delta_hook(down, up, self.scale)) for module, down, up in self.deltas]
         try:
             yield
         finally:

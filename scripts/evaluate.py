@@ -10,6 +10,7 @@ import argparse
 import json
 import math
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 import torch
@@ -85,6 +86,17 @@ def bits_per_byte(model: torch.nn.Module, tokenizer, seq_len: int = 256, max_fil
     return nats / math.log(2) / total_bytes
 
 
+@cache
+def greedy_ar(path: Path, prompts: tuple[str, ...], max_tokens: int, device: str
+              ) -> tuple[list[list[int]], list[list[float]]]:
+    """Greedy AR's outputs and decision margins on `prompts`, computed once per checkpoint for all its methods."""
+    model, tokenizer = load(path, device=device)
+    runner, limits = ReferenceRunner(model), Limits(max_tokens, eos_token_ids(model, tokenizer))
+    results = [runner.run(make_decoder("ar", parse_config("ar"), tokenizer.encode(prompt), SamplingParams(), limits))
+               for prompt in prompts]
+    return [r.token_ids for r in results], [r.margins for r in results]
+
+
 def score(path: Path, method: str, preset: str, prompts: list[str], max_tokens: int, device: str = "cpu",
           settings: dict | None = None) -> MethodScore:
     """Greedy tokens per forward of `method` with `preset` (or `settings`) on `prompts`, and its agreement with
@@ -97,15 +109,12 @@ def score(path: Path, method: str, preset: str, prompts: list[str], max_tokens: 
         adapters[DRAFT_ADAPTER] = LoRA(model, path / config.draft_adapter).enabled
     runner = ReferenceRunner(model, adapters=adapters)
     limits = Limits(max_tokens, eos_token_ids(model, tokenizer))
-    score = MethodScore(path.name, method, preset, [], 0, [], [])
+    reference, margins = greedy_ar(path, tuple(prompts), max_tokens, device)
+    score = MethodScore(path.name, method, preset, [], 0, reference, margins)
     for prompt in prompts:
-        ids = tokenizer.encode(prompt)
-        got = runner.run(make_decoder(method, config, ids, SamplingParams(), limits))
-        want = runner.run(make_decoder("ar", parse_config("ar"), ids, SamplingParams(), limits))
+        got = runner.run(make_decoder(method, config, tokenizer.encode(prompt), SamplingParams(), limits))
         score.outputs.append(got.token_ids)
         score.forwards += got.forwards
-        score.reference.append(want.token_ids)
-        score.reference_margins.append(want.margins)
     return score
 
 

@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from safetensors.torch import save_file
 from transformers import DynamicCache, PreTrainedTokenizerFast, Qwen3ForCausalLM
 
+from common.lora import delta_hook
 from scripts import corpus
 from scripts.make_tiny_models import as_wedlm, build_model, train_tokenizer
 
@@ -263,8 +264,7 @@ def draft_lora(model: torch.nn.Module, data: torch.Tensor, mask_id: int, recipe:
             up = torch.nn.Parameter(torch.zeros(module.out_features, recipe.lora_rank))
             weights[f"base_model.model.{name}.lora_A.weight"] = down
             weights[f"base_model.model.{name}.lora_B.weight"] = up
-            handles.append(module.register_forward_hook(
-                lambda m, i, o, a=down, b=up: o + scale * (i[0] @ a.T) @ b.T))
+            handles.append(module.register_forward_hook(delta_hook(down, up, scale)))
     stream = batches(data, recipe, gen)
 
     def loss_fn():
