@@ -11,6 +11,12 @@ from pathlib import Path
 import openai
 
 
+class ServerClient(openai.OpenAI):
+    """An `openai` client of a server this process started, with the server's process (for its memory)."""
+
+    process: subprocess.Popen
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -20,7 +26,7 @@ def free_port() -> int:
 @contextmanager
 def running_server(
     name: str, cmd: list[str], port: int, env: dict[str, str], log_path: str | Path | None, timeout: float,
-) -> Iterator[openai.OpenAI]:
+) -> Iterator[ServerClient]:
     """Start `cmd` (listening on `port`), wait until `/v1/models` answers, yield a client; stop the server on exit.
 
     The server's output goes to `log_path` (a temporary file by default); its tail is in the error if it dies.
@@ -28,7 +34,8 @@ def running_server(
     log_path = Path(log_path or tempfile.mkstemp(suffix=".log")[1])
     with open(log_path, "w+") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
-        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0, timeout=300)
+        client = ServerClient(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0, timeout=300)
+        client.process = proc
         try:
             deadline = time.time() + timeout
             while True:

@@ -10,9 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import openai
-
-from scripts.server_process import free_port, running_server
+from scripts.server_process import ServerClient, free_port, running_server
 
 # SGLang's CPU path, as `sglang.Engine` keyword arguments and as `launch_server` flags.
 CPU_KWARGS = {"device": "cpu", "dtype": "float32", "attention_backend": "torch_native", "sampling_backend": "pytorch",
@@ -40,7 +38,7 @@ def cpu_env() -> dict[str, str]:
 def sglang_server(
     model: str | Path, decode_mode: str | None = None, decode_config: str | None = None,
     extra_args: list[str] = CPU_ARGS, log_path: str | Path | None = None, timeout: float = 400,
-) -> Iterator[openai.OpenAI]:
+) -> Iterator[ServerClient]:
     """An `openai` client of a running server (served as "tiny"); the server stops on exit."""
     port = free_port()
     cmd = launch_command(model, decode_mode, decode_config, port, extra_args)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import openai
 
-from scripts.server_process import free_port, running_server
+from scripts.server_process import ServerClient, free_port, running_server
 
 CPU_ARGS = ["--dtype", "float32", "--enforce-eager", "--max-model-len", "512", "--kv-cache-memory-bytes", str(64 << 20)]
 
@@ -31,7 +31,7 @@ def serve_command(model: str | Path) -> list[str]:
 def vllm_server(
     model: str | Path, speculative_config: dict | None, port: int | None = None, extra_args: list[str] = CPU_ARGS,
     log_path: str | Path | None = None, timeout: float = 300,
-) -> Iterator[openai.OpenAI]:
+) -> Iterator[ServerClient]:
     """An `openai` client of a running server (served as "tiny"); the server stops on exit."""
     port = port or free_port()
     cmd = [*serve_command(model), "--served-model-name", "tiny", "--port", str(port), *extra_args]

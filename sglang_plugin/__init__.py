@@ -14,7 +14,7 @@ def register() -> None:
     from sglang.srt.speculative.spec_registry import get_spec
 
     from common.checkpoint_configs import register_configs
-    from sglang_plugin import attention, cli, requests
+    from sglang_plugin import attention, cli, request_state, requests
     from sglang_plugin.cpu_ops import register_missing_ops
 
     register_missing_ops()
@@ -24,6 +24,10 @@ def register() -> None:
     HookRegistry.register("sglang.srt.server_args.ServerArgs.from_cli_args", cli.from_cli_args, HookType.AROUND)
     HookRegistry.register("sglang.srt.managers.tokenizer_manager.TokenizerManager._validate_one_request",
                           requests.check_request, HookType.BEFORE)
+    HookRegistry.register("sglang.srt.managers.scheduler.Scheduler.process_batch_result",
+                          request_state.release_after_batch, HookType.AFTER)
+    HookRegistry.register("sglang.srt.managers.scheduler_components.internal_state.SchedulerInternalStateController."
+                          "_add_speculative", request_state.report_entries, HookType.AFTER)
     for name in cli.ALGORITHMS.values():
         if get_spec(name) is None:
             SpeculativeAlgorithm.register(name, spec_class=spec_class())(worker_class)

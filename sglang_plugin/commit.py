@@ -58,7 +58,6 @@ class CommitWorker(PluginWorker):
     def forward_batch_generation(self, batch: Any, on_publish: Any = None, pp_proxy_tensors: Any = None) -> Any:
         if not batch.forward_mode.is_decode():
             return self.prefill(batch, on_publish)
-        self.forget(batch)
         states = [self.held(req) for req in batch.reqs]
         self.step(batch, states)
         committed = [state.emittable(len(req.output_ids)) for req, state in zip(batch.reqs, states, strict=True)]

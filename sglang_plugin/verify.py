@@ -2,8 +2,9 @@
 it with `common.acceptance` (greedy requests from one batched argmax); the unaccepted tail's KV is simply
 overwritten next step.
 
-Prefill and extend batches run as SGLang runs them, its sampled token opening the first window. Which drafts a
-request carries is the mode's business (`sglang_plugin.drafters`), which may run extra windows of its own.
+Prefill and extend batches run as SGLang runs them but without its sampler: a request completing its prompt draws
+its first token with its own generator (`prefill`). Which drafts a request carries is the mode's business
+(`sglang_plugin.drafters`), which may run extra windows of its own.
 """
 
 from dataclasses import dataclass, field
@@ -12,7 +13,7 @@ from typing import Any
 import torch
 
 from common.acceptance import accept_greedy, verify
-from common.sampling import SamplingParams
+from common.sampling import SamplingParams, choose
 from sglang_plugin.worker import PluginWorker, sampling_of
 
 
@@ -50,9 +51,7 @@ class VerifyWorker(PluginWorker):
 
     def forward_batch_generation(self, batch: Any, on_publish: Any = None, pp_proxy_tensors: Any = None) -> Any:
         if not batch.forward_mode.is_decode():
-            result = self._target_worker.forward_batch_generation(batch, pp_proxy_tensors=None)
-            return self.prefill_result(batch, result, result.next_token_ids, on_publish)
-        self.forget(batch)
+            return self.prefill(batch, on_publish)
         states = [self.state(req) for req in batch.reqs]
         seeds = [req.output_ids[-1] for req in batch.reqs]
         drafts = self.drafter.draft(batch, batch.reqs, states, seeds)
@@ -67,3 +66,18 @@ class VerifyWorker(PluginWorker):
                      for row, (state, d) in enumerate(zip(states, drafts, strict=True))]
         self.drafter.after_verify(batch.reqs, states, logits, predicted, drafts, committed)
         return self.result(batch, committed, on_publish)
+
+    def prefill(self, batch: Any, on_publish: Any) -> Any:
+        """SGLang's prefill; a request completing its prompt draws its first token from the last row with the
+        generator its later steps sample with, so a seeded request gives the same tokens in any batch (SGLang's own
+        sampler applies `sampling_seed` only under deterministic inference). Partial prefills emit nothing."""
+        result = self._target_worker.forward_batch_generation(batch, is_verify=True)
+        logits = result.logits_output.next_token_logits
+        first = []
+        for row, (req, length) in enumerate(zip(batch.reqs, batch.seq_lens.tolist(), strict=True)):
+            if length < len(req.origin_input_ids) + len(req.output_ids):
+                first.append(0)
+                continue
+            state = self.state(req)
+            first.append(int(choose(logits[row : row + 1].float().cpu(), state.sampling, state.generator)[0]))
+        return self.prefill_result(batch, result, torch.tensor(first, device=self.device), on_publish)

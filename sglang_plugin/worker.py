@@ -74,13 +74,12 @@ class PluginWorker(BaseSpecWorker):
         owner, state = self.requests.get(req.rid, (None, None))
         return state if owner is not None and owner() is req else None
 
-    def forget(self, batch: Any) -> None:
-        """Drop the state of requests that finished or that SGLang let go; a request retracted under memory
-        pressure keeps its own while it waits to be prefilled again."""
-        live = {req.rid for req in batch.reqs}
+    def release_finished(self) -> None:
+        """Drop the state of requests that finished or that SGLang let go (called after every batch); a request
+        retracted under memory pressure keeps its own while it waits to be prefilled again."""
         for rid, (owner, _) in list(self.requests.items()):
             req = owner()
-            if rid not in live and (req is None or req.finished()):
+            if req is None or req.finished():
                 del self.requests[rid]
 
     def run_window(self, batch: Any, tokens: torch.Tensor, visible: torch.Tensor, positions: torch.Tensor | None = None,

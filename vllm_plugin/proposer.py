@@ -58,6 +58,12 @@ class PluginProposer:
             self.generators[req_id] = generator
         return self.sampling[req_id], self.generators[req_id]
 
+    @property
+    def entries(self) -> dict[str, int]:
+        """How many requests each per-request table holds (all zero once vLLM has announced every finish)."""
+        tables = {"sampling": self.sampling, "generators": self.generators, "requests": getattr(self, "requests", {})}
+        return {name: len(table) for name, table in tables.items()}
+
     def forget(self, finished_req_ids: set[str]) -> None:
         """Drop the state of requests vLLM has finished or aborted."""
         for req_id in finished_req_ids:

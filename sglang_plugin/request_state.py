@@ -1,0 +1,26 @@
+"""Scheduler hooks for the per-request state our workers hold: released right after the batch that finishes its
+request (not at the next batch, which an idle server never runs), and counted in SGLang's `/server_info`
+(`internal_states[i]["parallel_decoding_entries"]`) so that leaks can be checked from outside."""
+
+from typing import Any
+
+
+def _worker(scheduler: Any) -> Any:
+    from sglang_plugin.worker import PluginWorker
+
+    worker = getattr(scheduler, "draft_worker", None)
+    return worker if isinstance(worker, PluginWorker) else None
+
+
+def release_after_batch(result: Any, scheduler: Any, *_: Any, **__: Any) -> None:
+    """AFTER hook on `Scheduler.process_batch_result` (nothing to do without a mode)."""
+    worker = _worker(scheduler)
+    if worker is not None:
+        worker.release_finished()
+
+
+def report_entries(result: Any, controller: Any, state: dict[str, Any]) -> None:
+    """AFTER hook on `SchedulerInternalStateController._add_speculative` (nothing added without a mode)."""
+    worker = _worker(controller.scheduler)
+    if worker is not None:
+        state["parallel_decoding_entries"] = {"requests": len(worker.requests)}

@@ -1,0 +1,17 @@
+"""`tests/test_stress.py` on SGLang's server (`--decode-mode`): no request differs from its answer alone, nothing
+stays behind after each round of load. Runs in the SGLang environment (see `tests/test_sglang_server.py`)."""
+
+import os
+
+import pytest
+
+if os.environ.get("PD_REQUIRE_SGLANG") != "1":
+    pytest.importorskip("sglang")
+
+from scripts import stress
+from tests.test_stress import check
+
+
+@pytest.mark.parametrize("method", ["wedlm", "jacobi"])
+def test_short_stress_on_the_sglang_server(tmp_path, method):
+    check(stress.run("sglang", method, tmp_path / "models", duration=24, concurrency=16, distinct=12, rounds=2))

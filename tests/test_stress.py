@@ -1,0 +1,24 @@
+"""A short `scripts.stress` run on vLLM's OpenAI server (the minutes-long one is the script): a few hundred
+requests from 16 concurrent clients mixing greedy, seeded sampling, stop strings, max_tokens 1..256, streaming and
+clients that disconnect mid-stream; every completed answer equals the request's answer alone, and after each round
+of load the KV usage, the requests in flight and the plugin's per-request entries are back to zero."""
+
+import pytest
+
+from scripts import stress
+
+
+def check(report: stress.Report) -> None:
+    assert not report.failures, report.failures[:3]
+    assert not report.mismatches, report.mismatches[:3]
+    assert report.completed >= 40 and report.disconnected >= 1
+    # the probes see what the load holds, so that their zeros afterwards mean something
+    assert report.peak_under_load["plugin_entries"] > 0 and report.peak_under_load["kv_usage"] > 0
+    assert all(state[name] == 0 for state in report.idle_after_rounds
+               for name in ("kv_usage", "in_flight", "plugin_entries")), report.idle_after_rounds
+    assert report.still_serving
+
+
+@pytest.mark.parametrize("method", ["wedlm", "diffusion_self"])
+def test_short_stress_on_the_vllm_server(tmp_path, method):
+    check(stress.run("vllm", method, tmp_path / "models", duration=24, concurrency=16, distinct=12, rounds=2))
