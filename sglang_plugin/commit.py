@@ -144,7 +144,9 @@ class CommitWorker(PluginWorker):
     @staticmethod
     def settle(states: list[CommitRequest | None], lengths: list[int]) -> None:
         """After a prefill (and after each scratch window) the pool holds a request's first `length` tokens; its
-        decoder may count fewer as cached."""
+        decoder may count fewer as cached. A finished decoder (retracted after it committed its last token) plans
+        no window: all its tokens but the last count, as in `CommitRequest.window`."""
         for state, length in zip(states, lengths, strict=True):
             if state is not None:
-                state.pooled = min(length, state.decoder.cache_len)
+                decoder = state.decoder
+                state.pooled = min(length, decoder.num_tokens - 1 if decoder.finished else decoder.cache_len)

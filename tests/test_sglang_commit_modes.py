@@ -94,6 +94,12 @@ def test_equals_reference(engine_dir, prompts, tmp_path, spec):
     assert any(len(r.token_ids) < MAX_TOKENS and len(r.token_ids) != 7 for _, _, r in stops) or not stops
 
 
+# sampling parameters the commit modes' decoders would not apply, each refused with a 400 naming it
+UNAPPLIED = [("min_p", 0.1), ("frequency_penalty", 0.5), ("presence_penalty", 0.5), ("repetition_penalty", 1.3),
+             ("min_new_tokens", 3), ("json_schema", '{"type": "object"}'), ("regex", "[a-z]+"),
+             ("logit_bias", {"5": 1.0})]
+
+
 @pytest.mark.parametrize("spec", [SPECS[0], SPECS[2]], ids=["wedlm", "diffusion"])
 def test_openai_endpoints_give_the_generate_text(engine_dir, prompts, spec):
     model = engine_dir["qwen3"]
@@ -113,8 +119,10 @@ def test_openai_endpoints_give_the_generate_text(engine_dir, prompts, spec):
             m, tokenize=False, add_generation_prompt=True))["text"], chats))
         with pytest.raises(openai.BadRequestError, match="logprobs"):
             client.completions.create(model="tiny", prompt=prompts[0], max_tokens=4, logprobs=2)
-        with pytest.raises(urllib.error.HTTPError, match="400"):
-            generate(client, prompts[0], repetition_penalty=1.3)
+        for name, value in UNAPPLIED:
+            with pytest.raises(urllib.error.HTTPError, match="400") as refused:
+                generate(client, prompts[0], temperature=0.7, **{name: value})
+            assert name in refused.value.read().decode()
         again = generate(client, prompts[0])["text"]
     assert [(c.text, c.finish_reason) for c in stopped] == [(t[: t.index(s)], "stop") for t, s in zip(full, stops,
                                                                                                       strict=True)]

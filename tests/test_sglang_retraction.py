@@ -7,6 +7,7 @@ the server never runs out of it.
 Runs in the SGLang environment (see `tests/test_sglang_server.py`)."""
 
 import os
+import re
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -19,31 +20,41 @@ from tests import ties
 from tests.reference_cli import SEED, reference, settings
 from tests.test_sglang_server import generate
 
-# A pool a few requests fill, and SGLang's admission estimate made optimistic, so running requests get retracted.
+# A pool a few requests fill, and SGLang's admission estimate made optimistic, so running requests get retracted;
+# and SGLang's own test switch, which retracts a request every few steps besides.
 PRESSURE_ARGS = [*CPU_ARGS, "--max-total-tokens", "256", "--schedule-conservativeness", "0.05"]
-PRESSURE_ENV = {"SGLANG_INIT_NEW_TOKEN_RATIO": "0.05", "SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS": "4"}
+PRESSURE_ENV = {"SGLANG_INIT_NEW_TOKEN_RATIO": "0.05", "SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS": "4",
+                "SGLANG_TEST_RETRACT": "1", "SGLANG_TEST_RETRACT_INTERVAL": "10"}
+MAX_TOKENS = 29
 CASES = [
     ({"method": "wedlm", "window": 8, "entropy_threshold": 5.0, "distance_penalty": 0.02}, (0.0, 1.0)),
     ({"method": "diffusion", "block_size": 4, "confidence_threshold": 0.5}, (0.0, 1.0)),
     ({"method": "jacobi", "block_size": 4}, (0.0,)),
+    ({"method": "diffusion_self", "num_speculative_tokens": 4}, (0.0,)),
     ({"method": "jacobi", "block_size": 3, "pool_size": 16, "verification_size": 8}, (0.0, 1.0)),
 ]
 
 
 @pytest.mark.parametrize(("spec", "temperatures"), CASES,
-                         ids=["wedlm", "diffusion", "jacobi", "jacobi-recycling"])
+                         ids=["wedlm", "diffusion", "jacobi", "diffusion_self", "jacobi-recycling"])
 def test_retracted_requests_give_the_reference_tokens(engine_dir, prompts, tmp_path, monkeypatch, spec,
                                                       temperatures):
     for name, value in PRESSURE_ENV.items():
         monkeypatch.setenv(name, value)
     model, log = engine_dir["qwen3"], tmp_path / "server.log"
-    references = [reference(model, spec, prompts, tmp_path, t) for t in temperatures]
+    references = [reference(model, spec, prompts, tmp_path, t, MAX_TOKENS) for t in temperatures]
     expected = [tokens for tokens_t, _ in references for tokens in tokens_t]
     margins = [m for _, margins_t in references for m in margins_t]
     requests = [(p, t) for t in temperatures for p in prompts]
     with (sglang_server(model, spec["method"], settings(spec), PRESSURE_ARGS, log) as client,
           ThreadPoolExecutor(len(requests)) as pool):
-        got = list(pool.map(lambda r: generate(client, r[0], temperature=r[1], sampling_seed=SEED)["output_ids"],
+        got = list(pool.map(lambda r: generate(client, r[0], temperature=r[1], sampling_seed=SEED,
+                                                max_new_tokens=MAX_TOKENS)["output_ids"],
                             requests))
-    assert "Retract requests" in log.read_text()
+    text = log.read_text()
+    full = [int(n) for n in re.findall(r"Retract requests\. #retracted_reqs: (\d+)", text)]
+    forced = [int(n) for n in re.findall(r"Testing retraction\. #retracted_reqs: (\d+)", text)]
+    print(f"{spec['method']}: {sum(full)} requests retracted when the pool was full ({len(full)} times, at most "
+          f"{max(full, default=0)} at once), {sum(forced)} more by the test switch")
+    assert sum(full) + sum(forced) >= 8  # repeatedly, while many requests run
     ties.compare(got, expected, margins)
