@@ -84,3 +84,18 @@ def test_requests_up_to_the_model_length(engine_dir, prompts, spec, margin):
         got = [list(o.outputs[0].token_ids) for o in llm.generate(prompts, params)]
     assert [len(tokens) for tokens in got] == [limit.max_tokens for limit in limits]
     ties.compare(got, [e.token_ids for e in expected], [e.margins for e in expected])
+
+
+@pytest.mark.parametrize("spec", [SPECS[0], SPECS[2]], ids=["wedlm", "jacobi"])
+def test_chunked_prefill_of_seeded_requests(engine_dir, prompts, spec):
+    """Prompts longer than the step's token budget are prefilled in chunks, whose sampled tokens vLLM discards
+    and whose seeded generators it rewinds: on CPU that used to kill the engine. Seeded requests give the tokens
+    they give with room for whole prompts."""
+    long_prompts = [" ".join(prompts[i : i + 6]) for i in range(0, 24, 6)]
+    params = SamplingParams(temperature=1.0, seed=SEED, max_tokens=24, ignore_eos=True)
+
+    def tokens(**kwargs) -> list[list[int]]:
+        with engine(engine_dir["qwen3"], spec, max_model_len=256, **kwargs) as llm:
+            return [list(o.outputs[0].token_ids) for o in llm.generate(long_prompts, params)]
+
+    assert tokens(max_num_batched_tokens=48, max_num_seqs=4) == tokens()

@@ -14,8 +14,8 @@ _installed = False
 
 
 def install() -> None:
-    """Wrap `GPUModelRunner.propose_draft_token_ids`, `_input_fits_in_drafter`, `_update_states`, `_sample` and
-    `_model_forward` (the CPU runner inherits them); idempotent."""
+    """Wrap `GPUModelRunner.propose_draft_token_ids`, `_input_fits_in_drafter`, `_update_states`, `_sample`,
+    `sample_tokens` and `_model_forward` (the CPU runner inherits them); idempotent."""
     global _installed
     if _installed:
         return
@@ -27,6 +27,7 @@ def install() -> None:
     input_fits_in_drafter = GPUModelRunner._input_fits_in_drafter
     update_states = GPUModelRunner._update_states
     sample = GPUModelRunner._sample
+    sample_tokens = GPUModelRunner.sample_tokens
     model_forward = GPUModelRunner._model_forward
 
     @functools.wraps(propose_draft_token_ids)
@@ -65,6 +66,22 @@ def install() -> None:
                 return output
         return sample(self, logits, spec_decode_metadata)
 
+    @functools.wraps(sample_tokens)
+    def sample_tokens_sparing_cpu_generators(self: Any, *args: Any, **kwargs: Any) -> Any:
+        """vLLM rewinds the generator of a seeded request whose sampled token it discards (a partial prefill, or a
+        partial window of ours under load) by moving its philox offset, which a CPU generator does not have: the
+        engine dies ("CPU Generator does not use offset"). Such a request samples this step without its CPU
+        generator, which stays as it was: the rewind's effect."""
+        if not isinstance(getattr(self, "drafter", None), PluginProposer):
+            return sample_tokens(self, *args, **kwargs)
+        generators = self.input_batch.generators
+        discarded = self.discard_request_mask.np[: self.input_batch.num_reqs].nonzero()[0].tolist()
+        spared = {i: generators.pop(i) for i in discarded if i in generators and generators[i].device.type == "cpu"}
+        try:
+            return sample_tokens(self, *args, **kwargs)
+        finally:
+            generators.update(spared)
+
     @functools.wraps(model_forward)
     def model_forward_positioned(self: Any, input_ids: Any = None, positions: Any = None, *args: Any, **kwargs: Any):
         drafter = getattr(self, "drafter", None)
@@ -76,5 +93,6 @@ def install() -> None:
     GPUModelRunner._input_fits_in_drafter = fits_our_drafter
     GPUModelRunner._update_states = update_states_forgetting
     GPUModelRunner._sample = sample_committed
+    GPUModelRunner.sample_tokens = sample_tokens_sparing_cpu_generators
     GPUModelRunner._model_forward = model_forward_positioned
     _installed = True
