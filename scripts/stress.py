@@ -15,7 +15,6 @@ Exits with status 1 when any request failed or differed from its answer alone, o
 
 import argparse
 import json
-import os
 import random
 import threading
 import time
@@ -193,10 +192,9 @@ def serve(engine: str, model: Path, method: str, settings: dict, log: Path) -> I
     if engine == "vllm":
         from scripts.vllm_server import CPU_ARGS, vllm_server
 
-        os.environ["VLLM_SERVER_DEV_MODE"] = "1"  # /collective_rpc, which the probe answers
         spec = None if method == "ar" else {"method": method, **settings}
         with vllm_server(model, spec, extra_args=[*CPU_ARGS, "--worker-extension-cls", "vllm_plugin.probe.StateProbe"],
-                         log_path=log) as client:
+                         log_path=log, env={"VLLM_SERVER_DEV_MODE": "1"}) as client:  # dev mode: /collective_rpc
             yield client
     else:
         from scripts.sglang_server import sglang_server
@@ -295,8 +293,9 @@ def run(engine: str, method: str, models: Path, duration: float, concurrency: in
     model = copy(models)[checkpoint]
     state = vllm_state if engine == "vllm" else sglang_state
     report = Report(engine, method, settings)
-    # vLLM-CPU's own sampler dies on a seeded request it prefills in chunks (see README, vLLM); our methods avoid it
-    requests = pool(distinct, random.Random(seed), seeded=not (engine == "vllm" and method == "ar"))
+    # Plain AR leaves seeds to the engine's own sampler: vLLM-CPU's dies on a seeded request it prefills in chunks
+    # (see README, vLLM), SGLang's ignores the seed without --enable-deterministic-inference.
+    requests = pool(distinct, random.Random(seed), seeded=method != "ar")
     log = models.parent / f"stress-{engine}-{method}.log"
     with serve(engine, model, method, settings, log) as client:
         ask(client, requests[0])  # warm-up

@@ -30,15 +30,16 @@ def serve_command(model: str | Path) -> list[str]:
 @contextmanager
 def vllm_server(
     model: str | Path, speculative_config: dict | None, port: int | None = None, extra_args: list[str] = CPU_ARGS,
-    log_path: str | Path | None = None, timeout: float = 300,
+    log_path: str | Path | None = None, timeout: float = 300, env: dict[str, str] | None = None,
 ) -> Iterator[ServerClient]:
-    """An `openai` client of a running server (served as "tiny"); the server stops on exit."""
+    """An `openai` client of a running server (served as "tiny"), `env` added to its environment; the server stops
+    on exit."""
     port = port or free_port()
     cmd = [*serve_command(model), "--served-model-name", "tiny", "--port", str(port), *extra_args]
     if speculative_config is not None:
         cmd += ["--speculative-config", json.dumps(speculative_config)]
-    env = {k: v for k, v in os.environ.items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"}
-    with running_server("vLLM", cmd, port, env, log_path, timeout) as client:
+    environment = {k: v for k, v in os.environ.items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"} | (env or {})
+    with running_server("vLLM", cmd, port, environment, log_path, timeout) as client:
         yield client
 
 
