@@ -3,10 +3,16 @@
 One causal window per step: the uncached committed tokens (the seed), the real-active (RA) block's drafts,
 then K-1 pseudo-active blocks of n positions each. Only RA drafts are verified for commit (exact match plus
 bonus when greedy, the lossless point-mass rejection rule when sampling); pseudo blocks freeze the prefix
-that matches their own predictions and are promoted to RA, then re-verified, when RA completes. Rejected RA
-tails enter an n-gram pool; pool continuations of the seed are verified as extra branches that see only the
-prefix and the seed, and the branch with the most accepted tokens wins. Branch choice uses greedy matches,
-a deterministic function of the forward, so sampling stays exact.
+that matches their own predictions and are promoted to RA, then re-verified, when RA completes.
+
+Rejection recycling keeps an n-gram pool of what the trajectory has shown, as upstream builds it: each step
+that rejects a draft adds (1) the recent output, this step's commit and the window's predictions after it
+(every block's accepted prefix and current drafts), and (2) the predictions past the mismatch alone. A
+continuation the text already took (a repeated line, a cycle) is in (1); predictions that were right but came
+after a wrong one are in (2). Candidates are the continuations of the seed from its first occurrence in each
+pool sequence, padded with the RA drafts; they are verified as extra branches that see only the prefix and
+the seed, and the branch with the most accepted tokens wins. Branch choice uses greedy matches, a
+deterministic function of the forward, so sampling stays exact.
 """
 
 import math
@@ -25,13 +31,16 @@ from common.window import Attention, Forward, Outcome
 
 @dataclass(frozen=True)
 class JacobiConfig:
-    """n drafts per block; K blocks (1 = plain Jacobi with a running window); spawn ratio r; n-gram pool."""
+    """n drafts per block; K blocks (1 = plain Jacobi with a running window); spawn ratio r; n-gram pool and how
+    its candidates are verified: `branches` beside the main drafts in one forward (the paper's), or `linear`, the
+    newest candidate in place of the RA drafts (for verifiers that take one linear draft, as vLLM's)."""
 
     block_size: int = 16
     num_blocks: int = 1
     spawn_ratio: float = 0.85
     pool_size: int = 0
     verification_size: int = 4
+    recycling: str = "branches"
 
     def __post_init__(self) -> None:
         require(isinstance(self.block_size, int) and self.block_size >= 1, "block_size", "a positive integer",
@@ -43,6 +52,12 @@ class JacobiConfig:
                 self.pool_size)
         require(isinstance(self.verification_size, int) and self.verification_size >= 0, "verification_size",
                 "an integer >= 0", self.verification_size)
+        require(self.recycling in ("branches", "linear"), "recycling", "'branches' or 'linear'", self.recycling)
+
+    @property
+    def history(self) -> int:
+        """How many recent output tokens a pool sequence keeps before the step's commit."""
+        return 4 * self.block_size
 
     @property
     def spawn_threshold(self) -> int:
@@ -90,22 +105,39 @@ class JacobiDecoder(Decoder):
         return min(end, self.last_position + 1)
 
     def main_drafts(self) -> list[int]:
-        """Draft tokens for positions next_position .. window_end-1, RA first then pseudo blocks."""
+        """Draft tokens for positions next_position .. window_end-1, RA first then pseudo blocks; with `linear`
+        recycling, the newest pool candidate (cut to the RA block) instead when there is one."""
+        if self.config.recycling == "linear" and (found := self.candidates()):
+            return found[0][: self.ra_end - self.next_position]
         drafts = self.ra_drafts[: self.ra_end - self.next_position]
         for block in self.blocks:
             drafts = drafts + block.tokens
         return drafts[: self.window_end - self.next_position]
 
     def candidates(self) -> list[list[int]]:
-        """Pool continuations of the seed, newest first, at most `verification_size`, none a prefix of RA."""
+        """Pool continuations of the seed (from its first occurrence in each pool sequence, padded with the RA
+        drafts to the block), newest first, distinct and unlike the RA drafts, at most `verification_size`."""
         seed, room = self.last_token, min(self.config.block_size, self.last_position + 1 - self.next_position)
+        ra = self._pad(self.ra_drafts, room)
         found: list[list[int]] = []
         for seq in reversed(self.pool):
-            for i, token in enumerate(seq[:-1]):
-                cand = seq[i + 1 : i + 1 + room]
-                if token == seed and cand not in found and cand != self.ra_drafts[: len(cand)]:
-                    found.append(cand)
-        return found[: self.config.verification_size]
+            if seed not in seq[:-1]:
+                continue
+            start = seq.index(seed) + 1
+            cand = seq[start : start + room]
+            cand += ra[len(cand) :]
+            if cand not in found and cand != ra:
+                found.append(cand)
+                if len(found) == self.config.verification_size:
+                    break
+        return found
+
+    def recycle(self, committed: list[int], predicted: list[int], verified: int) -> None:
+        """Pool what a step that rejected a draft has shown (see the module docstring): `predicted` are the
+        window's per-position predictions, the first `verified` of them the winning branch's rows."""
+        tail = predicted[len(committed) :]
+        self.pool.append(self.output[-self.config.history :] + committed + tail)
+        self.pool.append(tail[: verified - len(committed)])
 
     def after_prefill(self, logits: torch.Tensor) -> Outcome:
         outcome = super().after_prefill(logits)
@@ -122,14 +154,17 @@ class JacobiDecoder(Decoder):
 
         `predicted` holds the verify forward's per-position predictions (see `advance`).
         """
-        self.acceptance.record(len(self.main_drafts()), len(committed) - 1)
+        drafts = len(self.main_drafts())
+        self.acceptance.record(drafts, len(committed) - 1)
+        if self.config.pool_size and len(committed) <= drafts:
+            self.recycle(committed, predicted, drafts + 1)
         self.advance(predicted, len(committed))
         self.commit(committed)
 
     def plan(self) -> Forward:
         pending = self.tokens[self.cache_len :]
         main = pending + self.main_drafts()
-        self._branches = self.candidates()
+        self._branches = self.candidates() if self.config.recycling == "branches" else []
         ids = main + [t for cand in self._branches for t in cand]
         positions = list(range(self.cache_len, self.cache_len + len(main)))
         n_main, n = len(main), len(ids)
@@ -153,7 +188,6 @@ class JacobiDecoder(Decoder):
         drafts = self.main_drafts()
         main_logits, branch_logits = logits[: len(drafts) + 1], logits[len(drafts) + 1 :]
         ra = torch.tensor(drafts[: self.ra_end - self.next_position], dtype=torch.long)
-        greedy_main = main_logits.argmax(-1)
         options = [(ra, main_logits[: ra.numel() + 1])]
         offset = 0
         for cand in self._branches:
@@ -164,12 +198,16 @@ class JacobiDecoder(Decoder):
             self.note_margin(margins.top2(logits))
         scores = [leading_matches(d, rows.argmax(-1)) for d, rows in options]
         best = max(range(len(options)), key=lambda i: (scores[i], -i))
-        committed = verify(*options[best], self.sampling, self.generator)
-        self.acceptance.record(options[best][0].numel(), len(committed) - 1)
-        if scores[0] < ra.numel() and self.config.pool_size:
-            self.pool.append(ra[scores[0] :].tolist())
-        predicted = greedy_main if self.sampling.greedy else choose(main_logits, self.sampling, self.generator)
-        self.advance(predicted.tolist(), len(committed))
+        drafts_best, rows_best = options[best]
+        committed = verify(drafts_best, rows_best, self.sampling, self.generator)
+        self.acceptance.record(drafts_best.numel(), len(committed) - 1)
+        # The next drafts come from the winning branch's rows where it has them, the main window's after.
+        window = torch.cat([rows_best, main_logits[len(rows_best) :]])
+        predicted = window.argmax(-1) if self.sampling.greedy else choose(window, self.sampling, self.generator)
+        predicted = predicted.tolist()
+        if self.config.pool_size and len(committed) <= drafts_best.numel():
+            self.recycle(committed, predicted, len(rows_best))
+        self.advance(predicted, len(committed))
         kv_keep = n_pending + (len(committed) - 1 if best == 0 else 0)
         return Outcome(committed, kv_keep=kv_keep)
 

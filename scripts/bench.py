@@ -15,7 +15,8 @@ decisions the engine paths reproduce token for token (tested), since the engines
 (drafts, reveals). p_cache is WeDLM's eq. 4. Acceptance length is tokens per verify step (vLLM: per draft; SGLang:
 per speculative step after the prefill); the histogram counts verify steps by accepted drafts (vLLM only).
 SGLang runs in its own environment (`scripts/setup_sglang_env.sh`), on CPU with `scripts.sglang_server`'s settings
-(float32) when there is no GPU; it has no ngram here, and only SGLang runs `jacobi_recycling`.
+(float32) when there is no GPU; it has no ngram here, and only SGLang runs `jacobi_recycling` (candidates verified
+as branches beside the drafts; `jacobi` recycles linearly on both engines).
 """
 
 import argparse
@@ -37,7 +38,7 @@ def preset(name: str, **overrides) -> dict:
 # (name, checkpoint trained for it, engine config)
 METHODS = [
     ("diffusion_self", "nld", {"method": "diffusion_self", "num_speculative_tokens": 7}),
-    ("jacobi", "jacobi_forcing", {"method": "jacobi", "block_size": 4}),
+    ("jacobi", "jacobi_forcing", {"method": "jacobi", "block_size": 8, "pool_size": 4, "recycling": "linear"}),
     ("jacobi_recycling", "jacobi_forcing", {"method": "jacobi", **preset("tiny-jacobi-forcing.json")}),
     ("wedlm", "wedlm", {"method": "wedlm", **preset("tiny-wedlm.json")}),
     ("diffusion", "nld", {"method": "diffusion", **preset("tiny-nld-diffusion.json")}),

@@ -101,6 +101,27 @@ def build_model(family: str, vocab_size: int, mask_token_id: int, eos_token_id: 
     return model.eval()
 
 
+def build_cyclic_model(vocab_size: int = 64, cycle_length: int = 7, seed: int = 0,
+                       hidden_size: int = 128) -> torch.nn.Module:
+    """A Qwen3 whose greedy output walks cycles of `cycle_length` tokens (token t is followed by `t + 1` within its
+    cycle), whatever came before: rejection recycling's test case, where a pool of past continuations fast-forwards.
+
+    Its embeddings are large next to what the random layers add to the residual stream, and its output row for
+    token v is the embedding of v's predecessor, so the last token alone picks the next one by a wide margin.
+    """
+    model = build_model("qwen3", vocab_size, vocab_size - 1, eos_token_id=None, seed=seed, hidden_size=hidden_size)
+    generator = torch.Generator().manual_seed(seed)
+    embeddings = torch.randn(vocab_size, hidden_size, generator=generator)
+    predecessor = [t - 1 if t % cycle_length else min(t + cycle_length, vocab_size) - 1 for t in range(vocab_size)]
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.o_proj.weight.mul_(0.1)
+            layer.mlp.down_proj.weight.mul_(0.1)
+        model.model.embed_tokens.weight.copy_(10 * embeddings)
+        model.lm_head.weight.copy_(embeddings[predecessor] / hidden_size**0.5)
+    return model
+
+
 def as_wedlm(source: Path, target: Path) -> Path:
     """A Qwen3 checkpoint (copied, or in place) dressed as WeDLM-8B ships: `WeDLMForCausalLM`, auto_map, null mask."""
     source, target = Path(source), Path(target)

@@ -37,6 +37,22 @@ def vocab8(tmp_path_factory: pytest.TempPathFactory):
     return path, model
 
 
+@pytest.fixture(scope="session")
+def cyclic(tmp_path_factory: pytest.TempPathFactory):
+    """A vocabulary-64 model whose greedy output walks 7-token cycles (head size 32, no tokenizer), saved for the
+    engines, the model itself, and 8 random prompts of 2-8 token ids."""
+    import random
+
+    from scripts.make_tiny_models import build_cyclic_model
+
+    model = build_cyclic_model()
+    path = tmp_path_factory.mktemp("cyclic")
+    model.save_pretrained(path)
+    rng = random.Random(0)
+    prompts = [[rng.randrange(model.config.vocab_size - 1) for _ in range(rng.randrange(2, 9))] for _ in range(8)]
+    return path, model, prompts
+
+
 @pytest.fixture(scope="session", params=["qwen3", "qwen2", "llama"])
 def tiny(request: pytest.FixtureRequest, tiny_dir: Path):
     """(model, tokenizer) for each tiny family."""

@@ -17,6 +17,7 @@ METHODS = [
     ("ar", {}),
     ("jacobi", {"block_size": 5}),
     ("jacobi", {"block_size": 4, "num_blocks": 3, "spawn_ratio": 0.5, "pool_size": 4, "verification_size": 3}),
+    ("jacobi", {"block_size": 4, "pool_size": 4, "recycling": "linear"}),
     ("diffusion_self", {"num_speculative_tokens": 6}),
     ("diffusion_self_quadratic", {"block_size": 5}),
     ("diffusion", {"block_size": 8, "confidence_threshold": 0.9}),

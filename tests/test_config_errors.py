@@ -30,6 +30,7 @@ BAD = [
     ("jacobi", {"num_blocks": 0}, "num_blocks"),
     ("jacobi", {"spawn_ratio": 1.2}, "spawn_ratio"),
     ("jacobi", {"pool_size": -1}, "pool_size"),
+    ("jacobi", {"recycling": "tree"}, "recycling"),
     ("jacobi", {"blocksize": 4}, "blocksize"),
     ("wedlm", {"mask_token_id": -5}, "mask_token_id"),
 ]

@@ -28,6 +28,7 @@ LOSSLESS = [
     ("diffusion_self_quadratic", {"block_size": 5}),
     ("diffusion_self_quadratic", {"block_size": 5, "dlm_type": "dream"}),
     ("diffusion_self_quadratic", {"block_size": 16}),
+    ("jacobi", {"block_size": 4, "num_blocks": 2, "spawn_ratio": 0.5, "pool_size": 4, "recycling": "linear"}),
 ]
 
 
@@ -99,3 +100,26 @@ def test_rejection_recycling_fast_forwards_from_pool(qwen3, prompts):
         margins.append(ar.margins)
         assert result.forwards <= 1 + MAX_TOKENS // 2
     ties.compare(got, want, margins)
+
+
+def tokens_per_forward(results) -> float:
+    return sum(len(r.token_ids) for r in results) / sum(r.forwards for r in results)
+
+
+@pytest.mark.parametrize("recycling", ["branches", "linear"])
+def test_rejection_recycling_earns_its_forwards(cyclic, recycling):
+    """On a model whose greedy output walks cycles, the pool of what the trajectory showed (recent output, commits,
+    predictions) fast-forwards multi-block Jacobi well past plain Jacobi, which gains nothing there; a pool of
+    rejected drafts alone (the rule before) stays at plain Jacobi's 1.0."""
+    _, model, prompts = cyclic
+    settings = {"block_size": 16, "num_blocks": 2, "spawn_ratio": 0.85, "verification_size": 4,
+                "recycling": recycling}
+    ar = [ReferenceRunner(model).run(make_decoder("ar", None, p, SamplingParams(), Limits(64))) for p in prompts]
+    runs = {}
+    for pool in (0, 4):
+        config = JacobiConfig(**settings, pool_size=pool)
+        runs[pool] = [ReferenceRunner(model).run(make_decoder("jacobi", config, p, SamplingParams(), Limits(64)))
+                      for p in prompts]
+        assert [r.token_ids for r in runs[pool]] == [r.token_ids for r in ar]
+    plain, recycled = tokens_per_forward(runs[0]), tokens_per_forward(runs[4])
+    assert recycled >= 1.5 and recycled >= plain + 0.4, (plain, recycled)

@@ -25,6 +25,7 @@ P_VALUE_FLOOR = 1e-4
 CASES = [
     ("jacobi", {"block_size": 3}),
     ("jacobi", {"block_size": 2, "num_blocks": 2, "spawn_ratio": 0.5, "pool_size": 4, "verification_size": 2}),
+    ("jacobi", {"block_size": 3, "pool_size": 4, "recycling": "linear"}),
     ("diffusion_self", {"num_speculative_tokens": 2}),
     ("diffusion_self_quadratic", {"block_size": 3}),
 ]

@@ -1,6 +1,6 @@
-"""vLLM on the shipped trained checkpoints: `jacobi` on Jacobi Forcing's and `diffusion_self` on NLD's return vLLM's
-own greedy output on held-out prompts, and vLLM's acceptance counters are the reference runner's (so the engine
-earns the tokens per step the reference measures)."""
+"""vLLM on the shipped trained checkpoints: `jacobi` (with rejection recycling) on Jacobi Forcing's and `diffusion_self`
+on NLD's return vLLM's own greedy output on held-out prompts, and vLLM's acceptance counters are the reference
+runner's (so the engine earns the tokens per step the reference measures)."""
 
 import pytest
 
@@ -16,7 +16,7 @@ from vllm_plugin.metrics import acceptance
 
 MAX_TOKENS = 48
 SERVED = [
-    ("jacobi_forcing", {"method": "jacobi", "block_size": 16}),
+    ("jacobi_forcing", {"method": "jacobi", "block_size": 8, "pool_size": 4, "recycling": "linear"}),  # the demo's
     ("nld", {"method": "diffusion_self", "num_speculative_tokens": 7}),
 ]
 

@@ -67,10 +67,10 @@ def engine_config(settings: dict[str, Any]) -> tuple[str, Any]:
     settings = dict(settings)
     method = settings.pop("method")
     config = parse_config(method, settings)
-    if method == "jacobi" and config.pool_size:
+    if method == "jacobi" and config.pool_size and config.recycling != "linear":
         raise ConfigError(
-            "pool_size must be 0 under vLLM: rejection recycling verifies several candidate branches in one "
-            f"forward, and vLLM's verifier takes one linear draft; got {config.pool_size}"
+            "recycling must be 'linear' under vLLM when pool_size > 0: its verifier takes one linear draft, not "
+            f"candidate branches beside it; got {config.recycling!r}"
         )
     if method == "diffusion_self" and config.draft_adapter:
         raise ConfigError(
