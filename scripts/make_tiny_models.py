@@ -31,6 +31,8 @@ from transformers import (
     Qwen3ForCausalLM,
 )
 
+from common.models.raven import RavenConfig, RavenForCausalLM
+
 FAMILIES = {
     "qwen3": (Qwen3Config, Qwen3ForCausalLM),
     "qwen2": (Qwen2Config, Qwen2ForCausalLM),
@@ -120,6 +122,25 @@ def build_cyclic_model(vocab_size: int = 64, cycle_length: int = 7, seed: int = 
         model.model.embed_tokens.weight.copy_(10 * embeddings)
         model.lm_head.weight.copy_(embeddings[predecessor] / hidden_size**0.5)
     return model
+
+
+def build_raven(vocab_size: int, seed: int = 0, hidden_size: int = 64, mean_recurrence: int = 8
+                ) -> RavenForCausalLM:
+    """A random Huginn-style recurrent-depth model (prelude 1, core 2, coda 1 layers), upstream's init."""
+    config = RavenConfig(n_embd=hidden_size, n_heads=4, block_size=2048, vocab_size=vocab_size,
+                         intermediate_size=2 * hidden_size, n_layers_in_prelude=1, n_layers_in_recurrent_block=2,
+                         n_layers_in_coda=1, mean_recurrence=mean_recurrence)
+    torch.manual_seed(seed)
+    model = RavenForCausalLM(config)
+    std = config.init_std
+    depth = config.n_layers_in_prelude + config.n_layers_in_coda + config.n_layers_in_recurrent_block * mean_recurrence
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if param.dim() < 2:
+                continue
+            scale = std / (2 * depth) ** 0.5 if name.endswith("proj.weight") else std
+            torch.nn.init.trunc_normal_(param, std=scale, a=-3 * scale, b=3 * scale)
+    return model.eval()
 
 
 def as_wedlm(source: Path, target: Path) -> Path:

@@ -70,8 +70,9 @@ def chi_square_p_value(counts: dict, joint: dict) -> float:
     if any(joint.get(k, 0.0) == 0.0 for k in counts):
         return 0.0
     stat, pooled_obs, pooled_exp, cells = 0.0, 0, 0.0, 0
+    total = sum(counts.values())
     for key, prob in joint.items():
-        expected, observed = prob * SAMPLES, counts.get(key, 0)
+        expected, observed = prob * total, counts.get(key, 0)
         if expected < 5:
             pooled_obs, pooled_exp = pooled_obs + observed, pooled_exp + expected
             continue

@@ -1,0 +1,331 @@
+"""Huginn's samplers for recurrent-depth models (seed 000), per request, with their reference runner.
+
+Every forward is a `RecurrentForward`: rows at consecutive positions after the cached prefix, each with a latent;
+the prelude embeds the rows, the core runs `inner` recurrences on their latents, the coda gives logits. Samplers:
+
+- `ar`: one token per forward, `num_steps` recurrences from a fresh latent.
+- `adaptive`: one recurrence per forward until the latent's relative change falls below `exit_threshold` (at most
+  `num_steps`), then the token.
+- `speculative`: `lookahead_for_draft` tokens drafted one by one with `draft_steps` recurrences, verified in one
+  forward with `num_steps` (greedy match, or rejection sampling against the drafts' own distributions): lossless
+  against `ar` on the `full` cache, where a parallel forward and a token-by-token one see the same KV.
+- `wavefront`: the diffusion-forcing sampler (Algorithms 1 and 2): every in-flight position advances
+  `inner_recurrence` recurrences per step with its latent kept across steps, a new position enters each step
+  (up to `max_wavefront` in flight), input embeddings with momentum `ema_embeds`, optional state noise
+  `state_noise_mixing` / (1 + recurrences done); the leading positions whose latent changed less than `exit_t` (or
+  that reached `num_steps`; `freeze_strategy` `fixed`: only that) freeze: their KV stays, their next-token
+  predictions are committed, the others are recomputed next step. With `fixed` and `inner_recurrence` =
+  `num_steps` it is `ar`; with `max_wavefront` 1 and `inner_recurrence` 1 it is `adaptive`. (Upstream's code
+  freezes a converged position's input token but re-runs the position; we freeze the position and its prediction,
+  as the paper's text does.)
+
+Initial latents are drawn per position from the request's seed, so a position starts from the same latent in
+every sampler and every batch. The settings carry upstream `generate()`'s keyword names.
+"""
+
+from dataclasses import dataclass, field, fields
+
+import torch
+
+from common.acceptance import verify
+from common.decoder import Limits
+from common.errors import ConfigError, require
+from common.models.raven import KVCache, RavenForCausalLM
+from common.sampling import SamplingParams, choose, target_probs
+
+SAMPLERS = ("ar", "adaptive", "speculative", "wavefront")
+SAMPLER_FIELDS = {
+    "ar": {"cache_lookup_strategy"},
+    "adaptive": {"criterion", "exit_threshold"},
+    "speculative": {"draft_steps", "lookahead_for_draft", "cache_lookup_strategy"},
+    "wavefront": {"inner_recurrence", "exit_t", "freeze_strategy", "ema_embeds", "state_noise_mixing",
+                  "max_wavefront", "headway"},
+}
+COMMON_FIELDS = {"sampler", "num_steps", "init_scale"}
+LATENT_SEED_STRIDE = 1_000_003
+
+
+@dataclass(frozen=True)
+class HuginnConfig:
+    """A sampler and its settings; a setting of another sampler is refused by name."""
+
+    sampler: str = "ar"
+    num_steps: int = 32
+    init_scale: float = 1.0
+    cache_lookup_strategy: str = "compress-s4"
+    criterion: str = "latent-diff"
+    exit_threshold: float = 0.03
+    draft_steps: int = 4
+    lookahead_for_draft: int = 8
+    inner_recurrence: int = 4
+    exit_t: float = 0.03
+    freeze_strategy: str = "latent-diff"
+    ema_embeds: float = 0.1
+    state_noise_mixing: float = 0.0
+    max_wavefront: int = 128
+    headway: int = 1
+
+    def __post_init__(self) -> None:
+        require(self.sampler in SAMPLERS, "sampler", f"one of {SAMPLERS}", self.sampler)
+        for f in fields(self):
+            unused = f.name not in COMMON_FIELDS | SAMPLER_FIELDS[self.sampler]
+            if unused and getattr(self, f.name) != f.default:
+                raise ConfigError(f"{f.name} does not apply to the {self.sampler!r} sampler")
+        require(isinstance(self.num_steps, int) and self.num_steps >= 1, "num_steps", "a positive integer",
+                self.num_steps)
+        require(self.cache_lookup_strategy in ("compress-s4", "full"), "cache_lookup_strategy",
+                "'compress-s4' or 'full'", self.cache_lookup_strategy)
+        require(self.criterion == "latent-diff", "criterion", "'latent-diff'", self.criterion)
+        require(self.exit_threshold >= 0 and self.exit_t >= 0, "exit_threshold", ">= 0",
+                min(self.exit_threshold, self.exit_t))
+        if self.sampler == "speculative":
+            require(1 <= self.draft_steps < self.num_steps, "draft_steps", "in [1, num_steps)", self.draft_steps)
+        require(self.lookahead_for_draft >= 1, "lookahead_for_draft", ">= 1", self.lookahead_for_draft)
+        if self.sampler == "wavefront":
+            require(1 <= self.inner_recurrence <= self.num_steps, "inner_recurrence", "in [1, num_steps]",
+                    self.inner_recurrence)
+        require(self.freeze_strategy in ("latent-diff", "fixed"), "freeze_strategy", "'latent-diff' or 'fixed'",
+                self.freeze_strategy)
+        require(0 <= self.ema_embeds < 1, "ema_embeds", "in [0, 1)", self.ema_embeds)
+        require(0 <= self.state_noise_mixing <= 1, "state_noise_mixing", "in [0, 1]", self.state_noise_mixing)
+        require(self.max_wavefront >= 1, "max_wavefront", ">= 1", self.max_wavefront)
+        require(self.headway == 1, "headway", "1 (one new position per step)", self.headway)
+
+
+@dataclass
+class RecurrentForward:
+    """Rows at positions start.. (after `start` cached positions): tokens, the latents the core starts from,
+    `inner` recurrences numbered from `first_recurrence`, and the previous step's embeddings of the leading rows
+    (mixed in with weight `ema`)."""
+
+    token_ids: torch.Tensor
+    start: int
+    latents: torch.Tensor
+    inner: int
+    first_recurrence: int = 0
+    previous_embeds: torch.Tensor | None = None
+    ema: float = 0.0
+
+    @property
+    def positions(self) -> torch.Tensor:
+        return torch.arange(self.start, self.start + self.token_ids.numel())
+
+
+@dataclass
+class RecurrentOutput:
+    latents: torch.Tensor
+    logits: torch.Tensor
+    embeds: torch.Tensor
+
+
+def run_forward(model: RavenForCausalLM, cache: KVCache, forward: RecurrentForward) -> RecurrentOutput:
+    """Execute one forward on `cache` (cropped to the rows' start first)."""
+    cache.crop(forward.start)
+    positions = forward.positions
+    e = model.embed(forward.token_ids, positions, cache)
+    if forward.previous_embeds is not None and forward.ema > 0:
+        m = forward.previous_embeds.shape[0]
+        e = torch.cat([(1 - forward.ema) * e[:m] + forward.ema * forward.previous_embeds, e[m:]])
+    z = forward.latents
+    for t in range(forward.inner):
+        z = model.recur(z, e, positions, cache, forward.first_recurrence + t)
+    return RecurrentOutput(z, model.decode(z, positions, cache), e)
+
+
+@dataclass
+class Row:
+    """An in-flight position of the wavefront."""
+
+    token: int
+    latent: torch.Tensor
+    recurrences: int = 0
+    embed: torch.Tensor | None = None
+
+
+@dataclass
+class HuginnDecoder:
+    """One request: plan the next forward, then take its output (committing tokens and keeping KV rows)."""
+
+    prompt: list[int]
+    sampling: SamplingParams
+    limits: Limits
+    config: HuginnConfig
+    model: RavenForCausalLM
+    output: list[int] = field(default_factory=list)
+    cache_len: int = 0
+    forwards: int = 0
+    core_passes: int = 0
+    rows: list[Row] = field(default_factory=list)
+    drafts: list[int] = field(default_factory=list)
+    draft_probs: list[torch.Tensor] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.generator = self.sampling.generator()
+        self.latent_seed = self.sampling.seed if self.sampling.seed is not None else int(
+            torch.randint(2**31, (1,), generator=self.generator))
+
+    @property
+    def tokens(self) -> list[int]:
+        return self.prompt + self.output
+
+    @property
+    def finished(self) -> bool:
+        return len(self.output) >= self.limits.max_tokens or (
+            bool(self.output) and self.output[-1] in self.limits.eos_token_ids)
+
+    def latent(self, position: int) -> torch.Tensor:
+        """The initial latent of `position`, drawn from the request's seed."""
+        generator = torch.Generator().manual_seed(self.latent_seed * LATENT_SEED_STRIDE + position)
+        return self.model.initial_latent(generator, self.config.init_scale)
+
+    def latents(self, start: int, count: int) -> torch.Tensor:
+        return torch.stack([self.latent(p) for p in range(start, start + count)])
+
+    def commit(self, tokens: list[int]) -> list[int]:
+        kept = []
+        for token in tokens:
+            if self.finished:
+                break
+            self.output.append(token)
+            kept.append(token)
+        return kept
+
+    def plan(self) -> RecurrentForward:
+        config = self.config
+        if not self.output:
+            return RecurrentForward(torch.tensor(self.prompt), 0, self.latents(0, len(self.prompt)), config.num_steps)
+        last = torch.tensor([self.tokens[-1]])
+        if config.sampler == "ar":
+            return RecurrentForward(last, self.cache_len, self.latents(self.cache_len, 1), config.num_steps)
+        if config.sampler == "adaptive":
+            if not self.rows:
+                self.rows = [Row(self.tokens[-1], self.latent(self.cache_len))]
+            return RecurrentForward(last, self.cache_len, self.rows[0].latent[None], 1,
+                                    first_recurrence=self.rows[0].recurrences)
+        if config.sampler == "speculative":
+            position = self.cache_len + len(self.drafts)
+            room = min(config.lookahead_for_draft, self.limits.max_tokens - len(self.output) - 1)
+            if len(self.drafts) < room:
+                token = self.drafts[-1] if self.drafts else self.tokens[-1]
+                return RecurrentForward(torch.tensor([token]), position, self.latents(position, 1), config.draft_steps)
+            ids = torch.tensor([self.tokens[-1], *self.drafts])
+            return RecurrentForward(ids, self.cache_len, self.latents(self.cache_len, len(ids)), config.num_steps)
+        return self.plan_wavefront()
+
+    def plan_wavefront(self) -> RecurrentForward:
+        config = self.config
+        if not self.rows:
+            self.rows = [Row(self.tokens[-1], self.latent(self.cache_len))]
+        latents = []
+        for row in self.rows:
+            beta = config.state_noise_mixing / (1 + row.recurrences)
+            z = row.latent
+            if beta > 0:
+                z = (1 - beta) * z + beta * self.model.initial_latent(self.generator, config.init_scale)
+            latents.append(z)
+        embeds = [row.embed for row in self.rows if row.embed is not None]
+        return RecurrentForward(
+            torch.tensor([row.token for row in self.rows]), self.cache_len, torch.stack(latents),
+            config.inner_recurrence, previous_embeds=torch.stack(embeds) if embeds else None, ema=config.ema_embeds)
+
+    def apply(self, forward: RecurrentForward, out: RecurrentOutput) -> list[int]:
+        """Take a forward's output; return the tokens it committed."""
+        self.forwards += 1
+        self.core_passes += forward.inner
+        config = self.config
+        if not self.output:
+            self.cache_len = len(self.prompt)
+            return self.commit([self.choose(out.logits[-1:])[0]])
+        if config.sampler == "ar":
+            self.cache_len += 1
+            return self.commit(self.choose(out.logits))
+        if config.sampler == "adaptive":
+            return self.apply_adaptive(out)
+        if config.sampler == "speculative":
+            return self.apply_speculative(forward, out)
+        return self.apply_wavefront(forward, out)
+
+    def choose(self, logits: torch.Tensor) -> list[int]:
+        return choose(logits, self.sampling, self.generator).tolist()
+
+    def apply_adaptive(self, out: RecurrentOutput) -> list[int]:
+        row = self.rows[0]
+        change = relative_change(out.latents[0], row.latent)
+        row.latent, row.recurrences = out.latents[0], row.recurrences + 1
+        if change >= self.config.exit_threshold and row.recurrences < self.config.num_steps:
+            return []
+        self.rows = []
+        self.cache_len += 1
+        return self.commit(self.choose(out.logits))
+
+    def apply_speculative(self, forward: RecurrentForward, out: RecurrentOutput) -> list[int]:
+        config = self.config
+        room = min(config.lookahead_for_draft, self.limits.max_tokens - len(self.output) - 1)
+        if len(self.drafts) < room:
+            logits = out.logits[-1:]
+            if self.sampling.greedy:
+                self.drafts.append(int(logits.argmax()))
+            else:
+                probs = target_probs(logits, self.sampling)
+                self.drafts.append(int(torch.multinomial(probs, 1, generator=self.generator)))
+                self.draft_probs.append(probs[0])
+            return []
+        drafts = torch.tensor(self.drafts, dtype=torch.long)
+        probs = torch.stack(self.draft_probs) if self.draft_probs else None
+        committed = verify(drafts, out.logits, self.sampling, self.generator, probs)
+        self.drafts, self.draft_probs = [], []
+        self.cache_len += len(committed)
+        return self.commit(committed)
+
+    def apply_wavefront(self, forward: RecurrentForward, out: RecurrentOutput) -> list[int]:
+        config = self.config
+        predicted = self.choose(out.logits)
+        exits = []
+        for i, row in enumerate(self.rows):
+            change = relative_change(out.latents[i], row.latent)
+            row.latent, row.embed = out.latents[i], out.embeds[i]
+            row.recurrences += forward.inner
+            converged = config.freeze_strategy == "latent-diff" and change < config.exit_t
+            exits.append(converged or row.recurrences >= config.num_steps)
+        for i in range(1, len(self.rows)):
+            self.rows[i].token = predicted[i - 1]
+        last_input = len(self.prompt) + self.limits.max_tokens - 2  # the last position whose prediction is kept
+        if len(self.rows) < config.max_wavefront and self.cache_len + len(self.rows) <= last_input:
+            self.rows.append(Row(predicted[-1], self.latent(self.cache_len + len(self.rows))))
+        frozen = 0
+        while frozen < len(exits) and exits[frozen]:
+            frozen += 1
+        committed = self.commit(predicted[:frozen])
+        self.cache_len += frozen
+        self.rows = self.rows[frozen:]
+        if not self.rows and not self.finished:
+            self.rows = [Row(self.tokens[-1], self.latent(self.cache_len))]
+        return committed
+
+
+def relative_change(new: torch.Tensor, old: torch.Tensor) -> float:
+    """||new - old|| / ||new||, the latent-diff exit criterion."""
+    return float((new - old).norm() / new.norm().clamp_min(1e-12))
+
+
+@dataclass
+class HuginnResult:
+    token_ids: list[int]
+    forwards: int
+    core_passes: int
+
+    @property
+    def core_passes_per_token(self) -> float:
+        return self.core_passes / max(len(self.token_ids), 1)
+
+
+def generate(model: RavenForCausalLM, prompt: list[int], config: HuginnConfig,
+             sampling: SamplingParams | None = None, limits: Limits | None = None) -> HuginnResult:
+    """Run one request to the end on a fresh cache (the reference runner)."""
+    decoder = HuginnDecoder(prompt, sampling or SamplingParams(), limits or Limits(), config, model)
+    cache = KVCache(config.cache_lookup_strategy)
+    with torch.inference_mode():
+        while not decoder.finished:
+            forward = decoder.plan()
+            decoder.apply(forward, run_forward(model, cache, forward))
+    return HuginnResult(decoder.output, decoder.forwards, decoder.core_passes)
