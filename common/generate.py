@@ -1,9 +1,12 @@
 """Offline generation with any method on a transformers checkpoint: the oracle for the engine adapters.
 
     python -m common.generate --model DIR \\
-        --method {ar,jacobi,diffusion_self,diffusion_self_quadratic,diffusion,wedlm} [--config JSON] \\
+        --method {ar,jacobi,diffusion_self,diffusion_self_quadratic,diffusion,wedlm,huginn} [--config JSON] \\
         [--max-tokens N] [--temperature T] [--top-p P] [--seed S] \\
         --prompts-file FILE --json OUT
+
+`huginn` runs a recurrent-depth (`RavenForCausalLM`) checkpoint with `common.huginn`'s samplers (`--config
+'{"sampler": "wavefront"}'`); its records add `core_passes` (sequential core-block passes, the latency cost).
 """
 
 import argparse
@@ -11,6 +14,7 @@ import dataclasses
 import json
 import math
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -29,7 +33,7 @@ from common.sampling import SamplingParams
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m common.generate", description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True, help="checkpoint directory")
-    parser.add_argument("--method", required=True, choices=sorted(METHODS))
+    parser.add_argument("--method", required=True, choices=sorted([*METHODS, "huginn"]))
     parser.add_argument("--config", default=None, help="method settings as a JSON object")
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--temperature", type=float, default=0.0)
@@ -56,8 +60,48 @@ def read_prompts(path: str) -> list[str]:
     return lines
 
 
+def huginn_records(args: argparse.Namespace, sampling: SamplingParams, limits: Limits,
+                   prompts: list[str]) -> list[dict]:
+    """Per-prompt records of a `huginn` sampler on a recurrent-depth checkpoint."""
+    from transformers import PreTrainedTokenizerFast
+
+    from common.huginn import HuginnConfig, generate
+    from common.models.raven import RavenForCausalLM
+
+    try:
+        text = args.config or "{}"
+        config = HuginnConfig(**json.loads(Path(text).read_text() if text.endswith(".json") else text))
+    except (ConfigError, TypeError, OSError, json.JSONDecodeError) as err:
+        sys.exit(f"error: --config: {err}")
+    model = RavenForCausalLM.from_pretrained(args.model).to(args.device)
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(args.model)
+    limits = dataclasses.replace(limits, eos_token_ids=tuple(
+        t for t in (tokenizer.eos_token_id,) if t is not None))
+    records = []
+    for prompt in prompts:
+        start = time.perf_counter()
+        result = generate(model, tokenizer.encode(prompt), config, sampling, limits)
+        records.append({"prompt": prompt, "token_ids": result.token_ids, "text": tokenizer.decode(result.token_ids),
+                        "forwards": result.forwards, "core_passes": result.core_passes,
+                        "tokens_per_forward": len(result.token_ids) / max(result.forwards, 1), "p_cache": None,
+                        "seconds": time.perf_counter() - start, "margins": []})
+    return records
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    if args.method == "huginn":
+        try:
+            sampling = SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
+                                      seed=args.seed)
+            prompts = read_prompts(args.prompts_file)
+        except ConfigError as err:
+            sys.exit(f"error: {err}")
+        records = huginn_records(args, sampling, Limits(max_tokens=args.max_tokens), prompts)
+        Path(args.json).write_text(json.dumps(records, indent=1), encoding="utf-8")
+        passes = sum(r["core_passes"] for r in records) / max(sum(len(r["token_ids"]) for r in records), 1)
+        print(f"huginn: {len(records)} prompts, {passes:.2f} sequential core passes per token")
+        return
     try:
         config = parse_config(args.method, args.config)
         sampling = SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed)

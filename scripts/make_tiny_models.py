@@ -1,5 +1,6 @@
 """Small random HF checkpoints (Qwen3, Qwen2, Llama, Mistral, Ministral3) with a byte-level BPE tokenizer and a mask
-token, plus copies dressed as WeDLM and Nemotron-Labs-Diffusion checkpoints ship.
+token, plus copies dressed as WeDLM and Nemotron-Labs-Diffusion checkpoints ship, and a Huginn-style `raven/`
+(`RavenForCausalLM`, the published config's field names).
 
 Deterministic (fixed seeds, tokenizer trained on a fixed list of standard-library sources) and offline.
 Weights use a wide init (std 0.3) so the top two logits sit far apart and greedy comparisons across
@@ -203,6 +204,9 @@ def make_all(outdir: str | Path, hidden_size: int = 64) -> dict[str, Path]:
         tokenizer.save_pretrained(path)
         paths[family] = path
     paths["wedlm"] = as_wedlm(paths["qwen3"], Path(outdir) / "wedlm")
+    paths["raven"] = Path(outdir) / "raven"
+    build_raven(len(tokenizer), seed=len(FAMILIES), hidden_size=hidden_size).save_pretrained(paths["raven"])
+    tokenizer.save_pretrained(paths["raven"])
     paths["nld"] = as_nld(paths["ministral3"], Path(outdir) / "nld")
     return paths
 

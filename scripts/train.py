@@ -12,6 +12,10 @@ Objectives (seed papers in `../shared/seeds/`), each a Qwen3-shaped model with a
 - `jacobi_forcing`: progressive consistency distillation (seed 002, 3.1): the teacher's (`--init`, an `ar` model)
   Jacobi trajectories of a block after a corpus prefix; the student learns to map a trajectory state to the
   teacher's fixed point, at a noise level that grows along the block, with the AR loss on the fixed point.
+- `raven`: a Huginn-style recurrent-depth model (`common.models.raven`, seed 000) from scratch, next-token loss
+  with randomized unrolling: each step draws the recurrence count from a Poisson-lognormal around
+  `mean_recurrence` and backpropagates through the last `mean_backprop_depth` recurrences only, so the latents
+  learn to converge and the adaptive and wavefront samplers have something to exploit.
 
     python -m scripts.train --objective ar OUTDIR
     python -m scripts.train --objective nld --init AR_DIR OUTDIR [--steps N] [--seed S]
@@ -30,12 +34,14 @@ from safetensors.torch import save_file
 from transformers import DynamicCache, PreTrainedTokenizerFast, Qwen3ForCausalLM
 
 from common.lora import delta_hook
+from common.models.raven import RavenForCausalLM
 from scripts import corpus
-from scripts.make_tiny_models import as_wedlm, build_model, train_tokenizer
+from scripts.make_tiny_models import as_wedlm, build_model, build_raven, train_tokenizer
 
-OBJECTIVES = ("ar", "nld", "wedlm", "jacobi_forcing")
+OBJECTIVES = ("ar", "nld", "wedlm", "jacobi_forcing", "raven")
 # Steps per objective: the base from scratch, the others fine-tuned from it; each under 20 minutes on 2 CPU cores.
-DEFAULT_STEPS = {"ar": 1500, "nld": 600, "wedlm": 600, "jacobi_forcing": 600}
+DEFAULT_STEPS = {"ar": 1500, "nld": 600, "wedlm": 600, "jacobi_forcing": 600, "raven": 500}
+RAVEN_RECURRENCE, RAVEN_BACKPROP = 16, 4
 NEG = torch.finfo(torch.float32).min
 
 
@@ -174,6 +180,32 @@ def jacobi_forcing_loss(model: torch.nn.Module, teacher: torch.nn.Module, x: tor
     return ar_loss, consistency
 
 
+def unrolling(mean: int, backprop: int, gen: torch.Generator) -> tuple[int, int]:
+    """Huginn's randomized unrolling: (recurrences without gradient, recurrences with gradient), their sum drawn
+    from a Poisson-lognormal with mean `mean`, the gradient ones at most `backprop`."""
+    sigma = 0.5
+    rate = torch.empty(1).log_normal_(math.log(mean) - sigma**2 / 2, sigma, generator=gen)
+    total = int(torch.poisson(rate, generator=gen)) + 1
+    return max(total - backprop, 0), min(total, backprop)
+
+
+def raven_loss(model: RavenForCausalLM, x: torch.Tensor, gen: torch.Generator) -> tuple[torch.Tensor]:
+    """Next-token loss of a recurrent-depth model unrolled a random number of times from random latents."""
+    positions = torch.arange(x.shape[1] - 1)
+    e = model.embed(x[:, :-1], positions, None)
+    std = model.config.init_std
+    z = torch.nn.init.trunc_normal_(torch.empty_like(e), std=std, a=-3 * std, b=3 * std, generator=gen)
+    z = z * model.config.emb_scale
+    without, with_grad = unrolling(RAVEN_RECURRENCE, RAVEN_BACKPROP, gen)
+    with torch.no_grad():
+        for t in range(without):
+            z = model.recur(z, e.detach(), positions, None, t)
+    for t in range(with_grad):
+        z = model.recur(z, e, positions, None, without + t)
+    logits = model.decode(z, positions, None)
+    return (F.cross_entropy(logits.flatten(0, 1), x[:, 1:].flatten()),)
+
+
 def base_model(tokenizer: PreTrainedTokenizerFast, recipe: Recipe, init: Path | None) -> torch.nn.Module:
     if init is not None:
         return Qwen3ForCausalLM.from_pretrained(init, dtype=torch.float32)
@@ -220,16 +252,23 @@ def train(objective: str, recipe: Recipe, init: Path | None = None, device: str 
 def _train(objective: str, recipe: Recipe, init: Path | None, device: str) -> tuple[torch.nn.Module, dict | None]:
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
-    if objective != "ar" and init is None:
+    if objective not in ("ar", "raven") and init is None:
         raise ValueError(f"--init (an `ar` checkpoint) is required for {objective}")
     torch.manual_seed(recipe.seed)
     gen = torch.Generator(device).manual_seed(recipe.seed)
     tokenizer = train_tokenizer()
     data = corpus.token_ids(tokenizer, corpus.files(held_out=False))
     stream = batches(data, recipe, gen)
-    model = base_model(tokenizer, recipe, init).to(device).train()
+    if objective == "raven":
+        model = build_raven(len(tokenizer), seed=recipe.seed, hidden_size=recipe.hidden_size,
+                            mean_recurrence=RAVEN_RECURRENCE).to(device).train()
+    else:
+        model = base_model(tokenizer, recipe, init).to(device).train()
     mask_id = tokenizer.mask_token_id
-    if objective == "ar":
+    if objective == "raven":
+        def loss_fn():
+            return raven_loss(model, next(stream), gen)
+    elif objective == "ar":
         def loss_fn():
             x = next(stream)
             return (model(input_ids=x, labels=x).loss,)
@@ -281,6 +320,11 @@ def save(model: torch.nn.Module, adapter: dict | None, path: Path, objective: st
     is dressed as WeDLM checkpoints ship (`scripts.make_tiny_models.as_wedlm`)."""
     path = Path(path)
     tokenizer = train_tokenizer()
+    if objective == "raven":
+        model.to("cpu", torch.bfloat16).save_pretrained(path)
+        tokenizer.save_pretrained(path)
+        (path / "recipe.json").write_text(json.dumps({"objective": objective, **asdict(recipe)}, indent=1) + "\n")
+        return path
     if objective == "nld":
         model.config.dlm_type = "llada"
     model.generation_config.eos_token_id = tokenizer.eos_token_id
@@ -311,7 +355,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=Recipe.seed)
     parser.add_argument("--device", default="cpu", help="results are deterministic per device and thread count")
     args = parser.parse_args()
-    if args.objective != "ar" and args.init is None:
+    if args.objective not in ("ar", "raven") and args.init is None:
         parser.error(f"--init (an `ar` checkpoint, e.g. from `python -m scripts.trained_models DIR`) is required "
                      f"for --objective {args.objective}")
     torch.set_num_threads(min(torch.get_num_threads(), 2))

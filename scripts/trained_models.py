@@ -1,10 +1,10 @@
 """The tiny checkpoints trained for each method, shipped in `scripts/trained/` (bf16 safetensors, a few MB each).
 
-    python -m scripts.trained_models DIR              # copy them to DIR/{ar,nld,wedlm,jacobi_forcing}
+    python -m scripts.trained_models DIR              # copy them to DIR/{ar,nld,wedlm,jacobi_forcing,raven}
     python -m scripts.trained_models DIR --retrain    # train them again into DIR (about an hour on 2 CPU cores)
 
-`ar` is trained from scratch and the others fine-tuned from it (`scripts.train`); retraining on the machine and
-thread count that made the shipped ones reproduces them.
+`ar` and `raven` are trained from scratch and the others fine-tuned from `ar` (`scripts.train`); retraining on the
+machine and thread count that made the shipped ones reproduces them.
 """
 
 import argparse
@@ -29,11 +29,11 @@ def copy(outdir: Path) -> dict[str, Path]:
 
 
 def retrain(outdir: Path, device: str = "cpu") -> dict[str, Path]:
-    """Every objective trained into `outdir`, `ar` first (the others start from it)."""
+    """Every objective trained into `outdir`, `ar` first (the fine-tuned ones start from it)."""
     paths = {}
     for name in OBJECTIVES:
         recipe = Recipe(steps=DEFAULT_STEPS[name])
-        init = None if name == "ar" else paths["ar"]
+        init = None if name in ("ar", "raven") else paths["ar"]
         model, adapter = train(name, recipe, init, device)
         paths[name] = save(model, adapter, Path(outdir) / name, name, recipe)
         print(f"{name}: {paths[name]}", flush=True)

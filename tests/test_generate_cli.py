@@ -46,3 +46,24 @@ def test_lossless_methods_match_ar_through_cli(outputs):
     _, results = outputs
     for method in ("jacobi", "diffusion_self"):
         assert [r["token_ids"] for r in results[method]] == [r["token_ids"] for r in results["ar"]]
+
+
+def test_huginn_wavefront_through_cli(tiny_dir, prompts, tmp_path):
+    """`--method huginn` on the tiny Raven: the wavefront with the fixed exit and r' = r is `ar`."""
+    prompts_file = tmp_path / "prompts.txt"
+    prompts_file.write_text("\n".join(prompts[:3]) + "\n")
+    got = {}
+    for name, config in (("ar", '{"num_steps": 4}'),
+                         ("wave", '{"sampler": "wavefront", "num_steps": 4, "inner_recurrence": 4, '
+                                  '"freeze_strategy": "fixed"}')):
+        out = tmp_path / f"{name}.json"
+        subprocess.run([sys.executable, "-m", "common.generate", "--model", str(tiny_dir / "raven"), "--method",
+                        "huginn", "--config", config, "--max-tokens", "9", "--seed", "3", "--prompts-file",
+                        str(prompts_file), "--json", str(out)], check=True, capture_output=True)
+        got[name] = json.loads(out.read_text())
+    assert [r["token_ids"] for r in got["wave"]] == [r["token_ids"] for r in got["ar"]]
+    assert all(r["core_passes"] == 4 * r["forwards"] for r in got["ar"])
+    done = subprocess.run([sys.executable, "-m", "common.generate", "--model", str(tiny_dir / "raven"), "--method",
+                           "huginn", "--config", '{"sampler": "ar", "exit_t": 0.1}', "--prompts-file",
+                           str(prompts_file), "--json", str(tmp_path / "bad.json")], capture_output=True, text=True)
+    assert done.returncode == 1 and "exit_t" in done.stderr

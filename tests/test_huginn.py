@@ -164,3 +164,19 @@ def test_checkpoint_round_trip(raven, tmp_path, prompts):
 def test_bad_settings_refused_by_name(settings, field):
     with pytest.raises(ConfigError, match=field):
         HuginnConfig(**settings)
+
+
+def test_batched_training_forward_equals_cached_rows(raven, prompts):
+    """The cache-free batched forward (training) gives the logits of a `full`-cache forward of each sequence."""
+    ids = torch.tensor([p[:2] for p in prompts])
+    positions = torch.arange(2)
+    latents = torch.randn(len(prompts), 2, raven.config.n_embd, generator=torch.Generator().manual_seed(0))
+    with torch.inference_mode():
+        e = raven.embed(ids, positions, None)
+        z = latents
+        for t in range(3):
+            z = raven.recur(z, e, positions, None, t)
+        batched = raven.decode(z, positions, None)
+        for b in range(len(prompts)):
+            one = run_forward(raven, KVCache("full"), RecurrentForward(ids[b], 0, latents[b], 3)).logits
+            torch.testing.assert_close(batched[b], one, rtol=1e-5, atol=1e-5)

@@ -91,3 +91,19 @@ def test_training_is_deterministic_given_a_seed():
     second, _ = train.train("ar", recipe)
     for (name, a), (_, b) in zip(first.state_dict().items(), second.state_dict().items(), strict=True):
         assert torch.equal(a, b), name
+
+
+def test_raven_unrolling_is_poisson_lognormal_with_truncated_backprop():
+    gen = torch.Generator().manual_seed(0)
+    draws = [train.unrolling(16, 4, gen) for _ in range(2000)]
+    totals = torch.tensor([a + b for a, b in draws], dtype=torch.float)
+    assert 15 < totals.mean() < 18  # the Poisson-lognormal's mean is mean + 1 (upstream adds one)
+    assert totals.std() > 4 and all(b == min(a + b, 4) for a, b in draws)
+
+
+def test_raven_training_is_deterministic_given_a_seed():
+    recipe = train.Recipe(steps=2, batch_size=2, seq_len=32, hidden_size=32)
+    first, _ = train.train("raven", recipe)
+    second, _ = train.train("raven", recipe)
+    for (name, a), (_, b) in zip(first.state_dict().items(), second.state_dict().items(), strict=True):
+        assert torch.equal(a, b), name

@@ -83,11 +83,18 @@ def reference_stats(model_dir, method: str, settings: dict, prompts: list[str], 
     """Acceptance counters of `common/`'s reference runner over `prompts`, summed as vLLM sums them."""
     model, tokenizer = load(model_dir)
     config = parse_config(method, settings, mask_token_id=model.config.mask_token_id)
-    total = AcceptanceStats()
+    runs = []
     for prompt in prompts:
         decoder = make_decoder(method, config, tokenizer.encode(prompt), ReferenceSampling(), Limits(max_tokens))
         ReferenceRunner(model).run(decoder)
-        stats = decoder.acceptance
+        runs.append(decoder.acceptance)
+    return summed(runs)
+
+
+def summed(runs: list[AcceptanceStats]) -> AcceptanceStats:
+    """Counters of several requests added as vLLM adds them."""
+    total = AcceptanceStats()
+    for stats in runs:
         total.num_drafts += stats.num_drafts
         total.num_draft_tokens += stats.num_draft_tokens
         total.accepted_per_position += [0] * (len(stats.accepted_per_position) - len(total.accepted_per_position))

@@ -14,6 +14,7 @@ from common.decoder import Limits
 from common.methods import make_decoder, parse_config
 from common.runner import ReferenceRunner
 from common.sampling import SamplingParams as ReferenceSampling
+from tests.test_vllm_lossless import summed
 from vllm_plugin.metrics import acceptance
 
 MAX_TOKENS = 64
@@ -25,18 +26,6 @@ def reference(model, settings: dict | None, prompt: list[int]):
     config = None if settings is None else parse_config("jacobi", settings)
     decoder = make_decoder(method, config, prompt, ReferenceSampling(), Limits(MAX_TOKENS))
     return ReferenceRunner(model).run(decoder), decoder.acceptance
-
-
-def summed(runs: list[AcceptanceStats]) -> AcceptanceStats:
-    """Counters of several requests added as vLLM adds them."""
-    total = AcceptanceStats()
-    for stats in runs:
-        total.num_drafts += stats.num_drafts
-        total.num_draft_tokens += stats.num_draft_tokens
-        total.accepted_per_position += [0] * (len(stats.accepted_per_position) - len(total.accepted_per_position))
-        for position, accepted in enumerate(stats.accepted_per_position):
-            total.accepted_per_position[position] += accepted
-    return total
 
 
 def tokens_per_forward(stats: AcceptanceStats) -> float:

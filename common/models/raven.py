@@ -84,7 +84,7 @@ class RMSNorm(nn.Module):
 
 
 def rotate(x: torch.Tensor, positions: torch.Tensor, head_dim: int, base: float) -> torch.Tensor:
-    """RoPE on adjacent feature pairs (upstream's complex-like rotation); x is [n, heads, head_dim]."""
+    """RoPE on adjacent feature pairs (upstream's complex-like rotation); x is [..., n, heads, head_dim]."""
     inv = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device=x.device) / head_dim))
     angles = positions.float()[:, None] * inv[None, :]
     cos, sin = angles.cos()[:, None, :], angles.sin()[:, None, :]
@@ -144,19 +144,25 @@ class Attention(nn.Module):
             self.qk_bias = nn.Parameter(torch.zeros(2, 1, config.n_heads, config.head_dim))
         self.proj = nn.Linear(config.n_embd, config.n_embd, bias=False)
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, cache: KVCache, slot: tuple[int, int]
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, cache: KVCache | None, slot: tuple[int, int]
                 ) -> torch.Tensor:
-        config, n = self.config, x.shape[0]
-        q, k, v = self.Wqkv(x).view(n, 3, config.n_heads, config.head_dim).unbind(1)
+        """x is [n, d] (one request's rows after its cached prefix) or, without a cache, [batch, n, d] from
+        position 0 (training)."""
+        config, n = self.config, x.shape[-2]
+        q, k, v = self.Wqkv(x).unflatten(-1, (3, config.n_heads, config.head_dim)).unbind(-3)
         if config.qk_bias:
             q, k = q + self.qk_bias[0, 0], k + self.qk_bias[1, 0]
-        q = rotate(q, positions, config.head_dim, config.rope_base)
-        k = rotate(k, positions, config.head_dim, config.rope_base)
-        start = int(positions[0])
-        keys, values = cache.write(slot, start, k.transpose(0, 1), v.transpose(0, 1))
-        mask = torch.ones(n, keys.shape[1], dtype=torch.bool, device=x.device).tril(start)
-        y = nn.functional.scaled_dot_product_attention(q.transpose(0, 1), keys, values, attn_mask=mask)
-        return self.proj(y.transpose(0, 1).reshape(n, config.n_embd))
+        q = rotate(q, positions, config.head_dim, config.rope_base).transpose(-3, -2)
+        k = rotate(k, positions, config.head_dim, config.rope_base).transpose(-3, -2)
+        v = v.transpose(-3, -2)
+        if cache is None:
+            y = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            start = int(positions[0])
+            keys, values = cache.write(slot, start, k, v)
+            mask = torch.ones(n, keys.shape[1], dtype=torch.bool, device=x.device).tril(start)
+            y = nn.functional.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
+        return self.proj(y.transpose(-3, -2).flatten(-2))
 
 
 class GatedMLP(nn.Module):
@@ -180,7 +186,7 @@ class SandwichBlock(nn.Module):
         self.norm_3 = RMSNorm(config.n_embd, config.norm_eps)
         self.norm_4 = RMSNorm(config.n_embd, config.norm_eps)
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, cache: KVCache, slot: tuple[int, int]
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, cache: KVCache | None, slot: tuple[int, int]
                 ) -> torch.Tensor:
         x = self.norm_2(self.attn(self.norm_1(x), positions, cache, slot) + x)
         return self.norm_4(self.mlp(self.norm_3(x)) + x)
@@ -243,26 +249,30 @@ class RavenForCausalLM(nn.Module):
         nn.init.trunc_normal_(z, mean=0.0, std=std, a=-3 * std, b=3 * std, generator=generator)
         return (z * self.config.emb_scale).to(weight)
 
-    def embed(self, token_ids: torch.Tensor, positions: torch.Tensor, cache: KVCache) -> torch.Tensor:
+    def embed(self, token_ids: torch.Tensor, positions: torch.Tensor, cache: KVCache | None) -> torch.Tensor:
         """The prelude's output e for the rows (writes the prelude's KV)."""
         x = self.transformer["wte"](token_ids) * self.config.emb_scale
         for i, block in enumerate(self.transformer["prelude"]):
-            x = block(x, positions, cache, cache.slot(i, 0))
+            x = block(x, positions, cache, _slot(cache, i, 0))
         return x
 
-    def recur(self, z: torch.Tensor, e: torch.Tensor, positions: torch.Tensor, cache: KVCache, recurrence: int
-              ) -> torch.Tensor:
+    def recur(self, z: torch.Tensor, e: torch.Tensor, positions: torch.Tensor, cache: KVCache | None,
+              recurrence: int) -> torch.Tensor:
         """The rows' `recurrence`-th pass of the core block with input injection (writes the core's KV)."""
         x = self.transformer["adapter"](torch.cat([z, e], -1))
         base = self.config.n_layers_in_prelude
         for i, block in enumerate(self.transformer["core_block"]):
-            x = block(x, positions, cache, cache.slot(base + i, recurrence))
+            x = block(x, positions, cache, _slot(cache, base + i, recurrence))
         return x
 
-    def decode(self, z: torch.Tensor, positions: torch.Tensor, cache: KVCache) -> torch.Tensor:
-        """Logits from latents through the coda (writes the coda's KV), float32 [n, vocab]."""
+    def decode(self, z: torch.Tensor, positions: torch.Tensor, cache: KVCache | None) -> torch.Tensor:
+        """Logits from latents through the coda (writes the coda's KV), float32 [..., n, vocab]."""
         x = self.transformer["ln_f"](z)
         base = self.config.n_layers_in_prelude + self.config.n_layers_in_recurrent_block
         for i, block in enumerate(self.transformer["coda"]):
-            x = block(x, positions, cache, cache.slot(base + i, 0))
+            x = block(x, positions, cache, _slot(cache, base + i, 0))
         return self.lm_head(self.transformer["ln_f"](x)).float()
+
+
+def _slot(cache: KVCache | None, layer: int, recurrence: int) -> tuple[int, int]:
+    return (layer, 0) if cache is None else cache.slot(layer, recurrence)

@@ -1,0 +1,129 @@
+"""Huginn's samplers on a recurrent-depth checkpoint, reference runner, greedy, held-out prompts: sequential core
+passes per token (the cost that sets latency on a GPU), tokens/s on this machine and agreement with `ar`, plus the
+latent-convergence curve (relative change of the latent per recurrence); JSON + PNG, a progress bar.
+
+    python -m scripts.huginn_bench --model DIR [--num-steps 32] [--prompts 8] [--max-tokens 48] \\
+        [--json out/huginn.json] [--png out/huginn.png]
+"""
+
+import argparse
+import dataclasses
+import json
+import time
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+from transformers import PreTrainedTokenizerFast
+
+from common.decoder import Limits
+from common.huginn import HuginnConfig, generate, relative_change
+from common.models.raven import RavenForCausalLM
+from common.sampling import SamplingParams
+from scripts import corpus
+
+
+def samplers(num_steps: int) -> dict[str, HuginnConfig]:
+    """`ar` at r = num_steps (on each cache) and the other samplers with the paper's defaults (`speculative` on the
+    `full` cache, where it is lossless; agreement is with `ar` on the sampler's cache)."""
+    return {
+        "ar": HuginnConfig(num_steps=num_steps),
+        "ar (full cache)": HuginnConfig(num_steps=num_steps, cache_lookup_strategy="full"),
+        "adaptive": HuginnConfig(sampler="adaptive", num_steps=num_steps),
+        "speculative": HuginnConfig(sampler="speculative", num_steps=num_steps, draft_steps=max(num_steps // 4, 1),
+                                    cache_lookup_strategy="full"),
+        "wavefront": HuginnConfig(sampler="wavefront", num_steps=num_steps),
+    }
+
+
+def convergence(model: RavenForCausalLM, prompts: list[list[int]], recurrences: int) -> list[float]:
+    """Mean relative change of the latent at each recurrence, over every position of the prompts."""
+    curve = torch.zeros(recurrences)
+    with torch.inference_mode():
+        for ids in prompts:
+            positions = torch.arange(len(ids))
+            e = model.embed(torch.tensor(ids), positions, None)
+            generator = torch.Generator().manual_seed(0)
+            z = torch.stack([model.initial_latent(generator) for _ in ids])
+            for t in range(recurrences):
+                new = model.recur(z, e, positions, None, t)
+                curve[t] += sum(relative_change(new[i], z[i]) for i in range(len(ids))) / len(ids)
+                z = new
+    return (curve / len(prompts)).tolist()
+
+
+def run(model_dir: str, num_steps: int, prompt_count: int, max_tokens: int) -> dict:
+    model = RavenForCausalLM.from_pretrained(model_dir)
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(model_dir)
+    prompts = [tokenizer.encode(p) for p in corpus.prompts(prompt_count)]
+    limits = Limits(max_tokens=max_tokens)
+    report: dict = {"model": str(model_dir), "num_steps": num_steps, "prompts": len(prompts),
+                    "max_tokens": max_tokens, "convergence": convergence(model, prompts, 2 * num_steps),
+                    "samplers": {}}
+    outputs: dict[str, list[list[int]]] = {}
+    for name, config in tqdm(samplers(num_steps).items(), desc="samplers"):
+        start, passes, tokens = time.perf_counter(), 0, 0
+        outputs[name] = []
+        for i, ids in enumerate(prompts):
+            result = generate(model, ids, config, SamplingParams(seed=i), limits)
+            outputs[name].append(result.token_ids)
+            passes, tokens = passes + result.core_passes, tokens + len(result.token_ids)
+        seconds = time.perf_counter() - start
+        reference = "ar (full cache)" if config.cache_lookup_strategy == "full" else "ar"
+        pairs = zip(outputs[name], outputs[reference], strict=True)
+        same = sum(a == b for got, ar in pairs for a, b in zip(got, ar, strict=False))
+        report["samplers"][name] = {
+            "config": dataclasses.asdict(config), "core_passes_per_token": passes / tokens,
+            "tokens_per_second": tokens / seconds, "agreement_with_ar": same / tokens,
+            "passes_saved_vs_ar": None}
+    ar = report["samplers"]["ar"]["core_passes_per_token"]
+    for row in report["samplers"].values():
+        row["passes_saved_vs_ar"] = ar / row["core_passes_per_token"]
+    return report
+
+
+def plot(report: dict, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    curve = report["convergence"]
+    left.semilogy(range(1, len(curve) + 1), curve)
+    left.axvline(report["num_steps"], color="grey", linestyle=":")
+    left.set(xlabel="recurrence", ylabel="relative latent change", title="latent convergence")
+    names = list(report["samplers"])
+    rows = [report["samplers"][n] for n in names]
+    right.bar(names, [r["core_passes_per_token"] for r in rows])
+    for i, r in enumerate(rows):
+        right.text(i, r["core_passes_per_token"], f"{r['agreement_with_ar']:.0%} = ar", ha="center", va="bottom")
+    right.set(ylabel="sequential core passes per token", title=f"samplers, r = {report['num_steps']}")
+    fig.tight_layout()
+    fig.savefig(path)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m scripts.huginn_bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--num-steps", type=int, default=32)
+    parser.add_argument("--prompts", type=int, default=8)
+    parser.add_argument("--max-tokens", type=int, default=48)
+    parser.add_argument("--json", default=None)
+    parser.add_argument("--png", default=None)
+    args = parser.parse_args()
+    report = run(args.model, args.num_steps, args.prompts, args.max_tokens)
+    print(f"{'sampler':<16} {'passes/token':>12} {'x fewer':>8} {'tok/s':>7} {'= ar':>6}")
+    for name, row in report["samplers"].items():
+        print(f"{name:<16} {row['core_passes_per_token']:>12.2f} {row['passes_saved_vs_ar']:>8.2f} "
+              f"{row['tokens_per_second']:>7.1f} {row['agreement_with_ar']:>6.0%}")
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
+    if args.png:
+        Path(args.png).parent.mkdir(parents=True, exist_ok=True)
+        plot(report, args.png)
+
+
+if __name__ == "__main__":
+    main()
