@@ -125,7 +125,8 @@ def run_forward(model: RavenForCausalLM, cache: KVCache, forward: RecurrentForwa
     e = model.embed(forward.token_ids, positions, cache)
     if forward.previous_embeds is not None and forward.ema > 0:
         m = forward.previous_embeds.shape[0]
-        e = torch.cat([(1 - forward.ema) * e[:m] + forward.ema * forward.previous_embeds, e[m:]])
+        # (1 - ema) e + ema e_prev, written so that an unchanged embedding stays bit for bit what it was
+        e = torch.cat([e[:m] + forward.ema * (forward.previous_embeds - e[:m]), e[m:]])
     z = forward.latents
     for t in range(forward.inner):
         z = model.recur(z, e, positions, cache, forward.first_recurrence + t)
