@@ -1,12 +1,15 @@
 """Offline generation with any method on a transformers checkpoint: the oracle for the engine adapters.
 
     python -m common.generate --model DIR \\
-        --method {ar,jacobi,diffusion_self,diffusion_self_quadratic,diffusion,wedlm,huginn} [--config JSON] \\
+        --method {ar,jacobi,diffusion_self,diffusion_self_quadratic,diffusion,wedlm,huginn,assd} [--config JSON] \\
         [--max-tokens N] [--temperature T] [--top-p P] [--seed S] \\
         --prompts-file FILE --json OUT
 
 `huginn` runs a recurrent-depth (`RavenForCausalLM`) checkpoint with `common.huginn`'s samplers (`--config
 '{"sampler": "wavefront"}'`); its records add `core_passes` (sequential core-block passes, the latency cost).
+`assd` fills the holes of each prompt (the tokenizer's mask token in the text, one token per hole) with an
+any-subset AR model (XLNet) by any-subset speculative decoding (`common.assd`, `--config '{"k": 5}'`); its records
+add `nfe` (model calls) and `generated` (holes filled), and `text` is the whole filled prompt.
 """
 
 import argparse
@@ -33,7 +36,7 @@ from common.sampling import SamplingParams
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m common.generate", description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True, help="checkpoint directory")
-    parser.add_argument("--method", required=True, choices=sorted([*METHODS, "huginn"]))
+    parser.add_argument("--method", required=True, choices=sorted([*METHODS, "huginn", "assd"]))
     parser.add_argument("--config", default=None, help="method settings as a JSON object")
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--temperature", type=float, default=0.0)
@@ -88,8 +91,50 @@ def huginn_records(args: argparse.Namespace, sampling: SamplingParams, limits: L
     return records
 
 
+def assd_records(args: argparse.Namespace, sampling: SamplingParams, prompts: list[str]) -> list[dict]:
+    """Per-prompt records of ASSD infilling with an XLNet-style checkpoint."""
+    from transformers import PreTrainedTokenizerFast, XLNetLMHeadModel
+
+    from common.assd import AssdConfig, infill
+
+    try:
+        text = args.config or "{}"
+        config = AssdConfig(**json.loads(Path(text).read_text() if text.endswith(".json") else text))
+    except (ConfigError, TypeError, OSError, json.JSONDecodeError) as err:
+        sys.exit(f"error: --config: {err}")
+    model = XLNetLMHeadModel.from_pretrained(args.model, dtype=torch.float32).to(args.device).eval()
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(args.model)
+    mask_id = getattr(model.config, "mask_token_id", None) or tokenizer.mask_token_id
+    if mask_id is None:
+        sys.exit("error: mask_token_id is required: the checkpoint's config and tokenizer name none")
+    records = []
+    for prompt in prompts:
+        ids = tokenizer.encode(prompt)
+        if mask_id not in ids:
+            sys.exit(f"error: prompt {prompt!r} has no hole ({tokenizer.convert_ids_to_tokens(mask_id)})")
+        start = time.perf_counter()
+        result = infill(model, ids, mask_id, config, sampling)
+        records.append({"prompt": prompt, "token_ids": result.token_ids, "text": tokenizer.decode(result.token_ids),
+                        "nfe": result.nfe, "generated": result.generated, "forwards": result.nfe,
+                        "tokens_per_forward": result.tokens_per_call, "p_cache": None,
+                        "seconds": time.perf_counter() - start, "margins": []})
+    return records
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    if args.method == "assd":
+        try:
+            sampling = SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
+                                      seed=args.seed)
+            prompts = read_prompts(args.prompts_file)
+        except ConfigError as err:
+            sys.exit(f"error: {err}")
+        records = assd_records(args, sampling, prompts)
+        Path(args.json).write_text(json.dumps(records, indent=1), encoding="utf-8")
+        nfe, filled = sum(r["nfe"] for r in records), sum(r["generated"] for r in records)
+        print(f"assd: {len(records)} prompts, {filled} holes filled in {nfe} model calls")
+        return
     if args.method == "huginn":
         try:
             sampling = SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,

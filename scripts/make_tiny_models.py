@@ -1,6 +1,6 @@
 """Small random HF checkpoints (Qwen3, Qwen2, Llama, Mistral, Ministral3) with a byte-level BPE tokenizer and a mask
-token, plus copies dressed as WeDLM and Nemotron-Labs-Diffusion checkpoints ship, and a Huginn-style `raven/`
-(`RavenForCausalLM`, the published config's field names).
+token, plus copies dressed as WeDLM and Nemotron-Labs-Diffusion checkpoints ship, a Huginn-style `raven/`
+(`RavenForCausalLM`, the published config's field names) and an XLNet `xlnet/` (ASSD's any-subset AR model).
 
 Deterministic (fixed seeds, tokenizer trained on a fixed list of standard-library sources) and offline.
 Weights use a wide init (std 0.3) so the top two logits sit far apart and greedy comparisons across
@@ -30,6 +30,8 @@ from transformers import (
     Qwen2ForCausalLM,
     Qwen3Config,
     Qwen3ForCausalLM,
+    XLNetConfig,
+    XLNetLMHeadModel,
 )
 
 from common.models.raven import RavenConfig, RavenForCausalLM
@@ -144,6 +146,20 @@ def build_raven(vocab_size: int, seed: int = 0, hidden_size: int = 64, mean_recu
     return model.eval()
 
 
+def build_xlnet(vocab_size: int, mask_token_id: int, seed: int = 0, d_model: int = 64) -> XLNetLMHeadModel:
+    """A random XLNet LM (two-stream attention), the any-subset AR model ASSD runs on, wide init."""
+    config = XLNetConfig(vocab_size=vocab_size, d_model=d_model, n_layer=2, n_head=4, d_inner=2 * d_model,
+                         pad_token_id=mask_token_id)
+    config.mask_token_id = mask_token_id
+    torch.manual_seed(seed)
+    model = XLNetLMHeadModel(config)
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.dim() >= 2:
+                param.normal_(0.0, INIT_STD)
+    return model.eval()
+
+
 def as_wedlm(source: Path, target: Path) -> Path:
     """A Qwen3 checkpoint (copied, or in place) dressed as WeDLM-8B ships: `WeDLMForCausalLM`, auto_map, null mask."""
     source, target = Path(source), Path(target)
@@ -207,6 +223,9 @@ def make_all(outdir: str | Path, hidden_size: int = 64) -> dict[str, Path]:
     paths["raven"] = Path(outdir) / "raven"
     build_raven(len(tokenizer), seed=len(FAMILIES), hidden_size=hidden_size).save_pretrained(paths["raven"])
     tokenizer.save_pretrained(paths["raven"])
+    paths["xlnet"] = Path(outdir) / "xlnet"
+    build_xlnet(len(tokenizer), mask_id, seed=len(FAMILIES) + 1, d_model=hidden_size).save_pretrained(paths["xlnet"])
+    tokenizer.save_pretrained(paths["xlnet"])
     paths["nld"] = as_nld(paths["ministral3"], Path(outdir) / "nld")
     return paths
 

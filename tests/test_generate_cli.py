@@ -67,3 +67,21 @@ def test_huginn_wavefront_through_cli(tiny_dir, prompts, tmp_path):
                            "huginn", "--config", '{"sampler": "ar", "exit_t": 0.1}', "--prompts-file",
                            str(prompts_file), "--json", str(tmp_path / "bad.json")], capture_output=True, text=True)
     assert done.returncode == 1 and "exit_t" in done.stderr
+
+
+def test_assd_infilling_through_cli(tiny_dir, tmp_path):
+    """`--method assd` fills the mask tokens of a prompt; greedy ASSD equals greedy sequential decoding and takes
+    fewer model calls than holes."""
+    prompts_file = tmp_path / "prompts.txt"
+    prompts_file.write_text("def " + "<|mask|>" * 12 + "(text):\n" + "import <|mask|><|mask|><|mask|>\n")
+    got = {}
+    for drafter in ("self", "none"):
+        out = tmp_path / f"{drafter}.json"
+        subprocess.run([sys.executable, "-m", "common.generate", "--model", str(tiny_dir / "xlnet"), "--method",
+                        "assd", "--config", f'{{"k": 5, "drafter": "{drafter}"}}', "--prompts-file",
+                        str(prompts_file), "--json", str(out)], check=True, capture_output=True)
+        got[drafter] = json.loads(out.read_text())
+    assert [r["token_ids"] for r in got["self"]] == [r["token_ids"] for r in got["none"]]
+    assert [r["generated"] for r in got["none"]] == [12, 3]
+    assert all(r["nfe"] <= r["generated"] for r in got["self"]) and got["self"][0]["nfe"] < 12
+    assert all("<|mask|>" not in r["text"] for r in got["self"])

@@ -1,0 +1,126 @@
+"""Any-subset speculative decoding (ASSD, seed 004) for any-subset autoregressive models (XLNet two-stream
+attention), with infilling: fill the holes of a sequence in a decoding order sigma, k positions per iteration.
+
+sigma ranks the given tokens first (left to right), then the holes left to right or in a random order. A pass asks
+the model for the conditionals of some target positions given the positions ranked before them: `perm_mask` lets
+position i see position j only when j comes before i in sigma (undecoded positions come after everything). Each
+iteration takes the next k positions of sigma: the draft pass gives q_j = p(x_j | decoded) for all of them at once
+(mean field), drafts are drawn from q; the verify pass puts the drafts in sigma's order and gives
+p_j = p(x_j | decoded, earlier drafts); drafts are accepted with min(1, p/q) and the first rejected one is
+resampled from normalize(max(p - q, 0)). The output follows the model's joint in order sigma exactly (Theorem 2),
+the first draft always passes (p = q there, Lemma 1), so model calls never exceed the tokens generated (Theorem 1);
+the last token of a sequence is drafted and not verified. `drafter: none` is sequential any-order decoding, one
+pass per token (the baseline).
+"""
+
+from dataclasses import dataclass
+
+import torch
+
+from common.errors import require
+from common.sampling import SamplingParams, target_probs, without_token
+
+DRAFTERS = ("self", "none")
+ORDERS = ("left_to_right", "random")
+
+
+@dataclass(frozen=True)
+class AssdConfig:
+    """k speculated positions per iteration; who drafts them; the order holes are filled in."""
+
+    k: int = 5
+    drafter: str = "self"
+    order: str = "left_to_right"
+
+    def __post_init__(self) -> None:
+        require(isinstance(self.k, int) and self.k >= 3, "k",
+                "an integer >= 3 (an iteration costs two passes, so k <= 2 cannot beat sequential decoding)", self.k)
+        require(self.drafter in DRAFTERS, "drafter", f"one of {DRAFTERS}", self.drafter)
+        require(self.order in ORDERS, "order", f"one of {ORDERS}", self.order)
+
+
+@dataclass
+class AssdResult:
+    token_ids: list[int]
+    nfe: int
+    generated: int
+
+    @property
+    def tokens_per_call(self) -> float:
+        return self.generated / max(self.nfe, 1)
+
+
+def decoding_order(tokens: list[int], mask_token_id: int, order: str, generator: torch.Generator) -> list[int]:
+    """sigma: the given positions left to right, then the holes in `order`."""
+    given = [i for i, t in enumerate(tokens) if t != mask_token_id]
+    holes = [i for i, t in enumerate(tokens) if t == mask_token_id]
+    if order == "random":
+        holes = [holes[i] for i in torch.randperm(len(holes), generator=generator).tolist()]
+    return given + holes
+
+
+def conditionals(model: torch.nn.Module, ids: list[int], ranks: torch.Tensor, targets: list[int]) -> torch.Tensor:
+    """Logits [len(targets), vocab] of each target position given the positions ranked before it."""
+    n = len(ids)
+    perm = (ranks[None, :] >= ranks[:, None]).float()  # i may see j only when j comes before i
+    mapping = torch.zeros(1, len(targets), n)
+    mapping[0, torch.arange(len(targets)), torch.tensor(targets)] = 1.0
+    with torch.inference_mode():
+        out = model(torch.tensor([ids]), perm_mask=perm[None], target_mapping=mapping, use_mems=False)
+    return out.logits[0].float()
+
+
+def infill(model: torch.nn.Module, tokens: list[int], mask_token_id: int, config: AssdConfig,
+           sampling: SamplingParams | None = None) -> AssdResult:
+    """Fill every `mask_token_id` in `tokens`; the model is an XLNet-style LM taking `perm_mask` and
+    `target_mapping`."""
+    sampling = sampling or SamplingParams()
+    generator = sampling.generator()
+    ids = list(tokens)
+    sigma = decoding_order(ids, mask_token_id, config.order, generator)
+    decoded = sum(t != mask_token_id for t in ids)
+    ranks = torch.full((len(ids),), float(len(ids)))  # undecoded: after everything
+    ranks[torch.tensor(sigma[:decoded], dtype=torch.long)] = torch.arange(decoded, dtype=torch.float)
+    nfe = 0
+
+    def probs(logits: torch.Tensor) -> torch.Tensor:
+        return target_probs(without_token(logits, mask_token_id), sampling)
+
+    def draw(p: torch.Tensor) -> int:
+        return int(p.argmax()) if sampling.greedy else int(torch.multinomial(p, 1, generator=generator))
+
+    while decoded < len(ids):
+        width = 1 if config.drafter == "none" else min(config.k, len(ids) - decoded)
+        targets = sigma[decoded : decoded + width]
+        q = probs(conditionals(model, ids, ranks, targets))
+        nfe += 1
+        drafts = [draw(row) for row in q]
+        if width == 1:
+            accepted, tail = drafts, []
+        else:
+            for j, position in enumerate(targets):
+                ids[position], ranks[position] = drafts[j], decoded + j
+            p = probs(conditionals(model, ids, ranks, targets))
+            nfe += 1
+            accepted, tail = accept(drafts, p, q, sampling, generator)
+        for j, token in enumerate(accepted + tail):
+            ids[targets[j]], ranks[targets[j]] = token, decoded + j
+        for position in targets[len(accepted) + len(tail) :]:
+            ids[position], ranks[position] = mask_token_id, float(len(ids))
+        decoded += len(accepted) + len(tail)
+    return AssdResult(ids, nfe, len(sigma) - sum(t != mask_token_id for t in tokens))
+
+
+def accept(drafts: list[int], p: torch.Tensor, q: torch.Tensor, sampling: SamplingParams,
+           generator: torch.Generator) -> tuple[list[int], list[int]]:
+    """(accepted drafts, [the resampled token at the first rejection] or []): min(1, p/q) acceptance, residual
+    normalize(max(p - q, 0)) on rejection; greedy: drafts equal to p's argmax, then p's argmax."""
+    for j, token in enumerate(drafts):
+        if sampling.greedy:
+            if int(p[j].argmax()) != token:
+                return drafts[:j], [int(p[j].argmax())]
+            continue
+        if float(torch.rand(1, generator=generator)) * float(q[j, token]) >= float(p[j, token]):
+            residual = (p[j] - q[j]).clamp_min(0)
+            return drafts[:j], [int(torch.multinomial(residual / residual.sum(), 1, generator=generator))]
+    return drafts, []

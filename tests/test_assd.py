@@ -1,0 +1,95 @@
+"""ASSD on a tiny random XLNet: the filled holes follow the model's joint in the decoding order exactly (enumeration
+on a vocabulary of 8, three holes; a wrong resample rule fails the same test), greedy equals greedy sequential
+decoding in the same order, model calls never exceed the tokens generated, and k <= 2 is refused saying why."""
+
+import itertools
+
+import pytest
+import torch
+
+from common.assd import AssdConfig, conditionals, decoding_order, infill
+from common.errors import ConfigError
+from common.sampling import SamplingParams, target_probs, without_token
+from scripts.make_tiny_models import build_xlnet
+from tests.test_sampling_exact import P_VALUE_FLOOR, chi_square_p_value
+
+MASK = 7
+HOLES = [1, MASK, MASK, MASK, 3]  # adjacent holes: their tokens depend on each other, p differs from q
+SAMPLES = 2000
+TEMPERATURE = 1.0
+
+
+@pytest.fixture(scope="module")
+def xlnet():
+    return build_xlnet(8, MASK, seed=0)
+
+
+def sequential_joint(model, tokens: list[int], sampling: SamplingParams) -> dict[tuple[int, ...], float]:
+    """The exact distribution of the holes' tokens under sequential decoding left to right (given tokens first)."""
+    sigma = decoding_order(tokens, MASK, "left_to_right", torch.Generator())
+    given = sum(t != MASK for t in tokens)
+    holes = sigma[given:]
+    joint = {}
+    for fill in itertools.product(range(MASK), repeat=len(holes)):
+        ids, prob = list(tokens), 1.0
+        ranks = torch.full((len(ids),), float(len(ids)))
+        ranks[torch.tensor(sigma[:given], dtype=torch.long)] = torch.arange(given, dtype=torch.float)
+        for j, (position, token) in enumerate(zip(holes, fill, strict=True)):
+            logits = conditionals(model, ids, ranks, [position])
+            prob *= float(target_probs(without_token(logits, MASK), sampling)[0, token])
+            ids[position], ranks[position] = token, given + j
+        joint[fill] = prob
+    return joint
+
+
+def sampled_p_value(model, joint: dict, config: AssdConfig) -> float:
+    counts: dict[tuple[int, ...], int] = {}
+    holes = [i for i, t in enumerate(HOLES) if t == MASK]
+    for seed in range(SAMPLES):
+        result = infill(model, HOLES, MASK, config, SamplingParams(temperature=TEMPERATURE, seed=seed))
+        assert result.nfe <= result.generated  # Theorem 1
+        key = tuple(result.token_ids[i] for i in holes)
+        counts[key] = counts.get(key, 0) + 1
+    return chi_square_p_value(counts, joint)
+
+
+def test_sampling_follows_the_sequential_joint(xlnet, monkeypatch):
+    import common.assd
+
+    torch.set_num_threads(1)
+    joint = sequential_joint(xlnet, HOLES, SamplingParams(temperature=TEMPERATURE))
+    assert sampled_p_value(xlnet, joint, AssdConfig(k=3)) > P_VALUE_FLOOR
+
+    def resample_from_target(drafts, p, q, sampling, generator):  # a wrong rule: p instead of max(p - q, 0)
+        for j, token in enumerate(drafts):
+            if float(torch.rand(1, generator=generator)) * float(q[j, token]) >= float(p[j, token]):
+                return drafts[:j], [int(torch.multinomial(p[j], 1, generator=generator))]
+        return drafts, []
+
+    monkeypatch.setattr(common.assd, "accept", resample_from_target)
+    assert sampled_p_value(xlnet, joint, AssdConfig(k=3)) < P_VALUE_FLOOR
+
+
+@pytest.mark.parametrize("order", ["left_to_right", "random"])
+@pytest.mark.parametrize("k", [3, 5, 8])
+def test_greedy_equals_sequential_greedy(xlnet, order, k):
+    tokens = [1, MASK, 2, *[MASK] * 12, 3, MASK, MASK]
+    for seed in range(3):
+        sampling = SamplingParams(seed=seed)
+        got = infill(xlnet, tokens, MASK, AssdConfig(k=k, order=order), sampling)
+        want = infill(xlnet, tokens, MASK, AssdConfig(k=k, order=order, drafter="none"), sampling)
+        assert got.token_ids == want.token_ids
+        assert want.nfe == want.generated == 15
+        assert got.nfe < got.generated  # drafts accepted: fewer calls than tokens
+
+
+@pytest.mark.parametrize("k", [0, 1, 2])
+def test_small_k_refused_saying_why(k):
+    with pytest.raises(ConfigError, match=r"k must be an integer >= 3 .*sequential"):
+        AssdConfig(k=k)
+
+
+@pytest.mark.parametrize("settings,field", [({"drafter": "oracle"}, "drafter"), ({"order": "backwards"}, "order")])
+def test_bad_settings_refused_by_name(settings, field):
+    with pytest.raises(ConfigError, match=field):
+        AssdConfig(**settings)
