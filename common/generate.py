@@ -19,6 +19,7 @@ import math
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -28,7 +29,7 @@ from common.diffusion_self import DRAFT_ADAPTER
 from common.draft_layout import resolve_dlm_type
 from common.errors import ConfigError
 from common.lora import LoRA
-from common.methods import METHODS, make_decoder, needs_mask_token, parse_config
+from common.methods import METHODS, build_config, make_decoder, needs_mask_token, parse_config
 from common.runner import ReferenceRunner
 from common.sampling import SamplingParams
 
@@ -38,7 +39,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--model", required=True, help="checkpoint directory")
     parser.add_argument("--method", required=True, choices=sorted([*METHODS, "huginn", "assd"]))
     parser.add_argument("--config", default=None, help="method settings as a JSON object")
-    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--max-tokens", type=int, default=None, help="default 64 (not for assd: the holes set it)")
     parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--top-p", type=float, default=1.0)
     parser.add_argument("--top-k", type=int, default=0)
@@ -63,19 +64,14 @@ def read_prompts(path: str) -> list[str]:
     return lines
 
 
-def huginn_records(args: argparse.Namespace, sampling: SamplingParams, limits: Limits,
+def huginn_records(args: argparse.Namespace, config: Any, sampling: SamplingParams, limits: Limits,
                    prompts: list[str]) -> list[dict]:
     """Per-prompt records of a `huginn` sampler on a recurrent-depth checkpoint."""
     from transformers import PreTrainedTokenizerFast
 
-    from common.huginn import HuginnConfig, generate
+    from common.huginn import generate
     from common.models.raven import RavenForCausalLM
 
-    try:
-        text = args.config or "{}"
-        config = HuginnConfig(**json.loads(Path(text).read_text() if text.endswith(".json") else text))
-    except (ConfigError, TypeError, OSError, json.JSONDecodeError) as err:
-        sys.exit(f"error: --config: {err}")
     model = RavenForCausalLM.from_pretrained(args.model).to(args.device)
     tokenizer = PreTrainedTokenizerFast.from_pretrained(args.model)
     limits = dataclasses.replace(limits, eos_token_ids=tuple(
@@ -91,17 +87,12 @@ def huginn_records(args: argparse.Namespace, sampling: SamplingParams, limits: L
     return records
 
 
-def assd_records(args: argparse.Namespace, sampling: SamplingParams, prompts: list[str]) -> list[dict]:
+def assd_records(args: argparse.Namespace, config: Any, sampling: SamplingParams, prompts: list[str]) -> list[dict]:
     """Per-prompt records of ASSD infilling with an XLNet-style checkpoint."""
     from transformers import PreTrainedTokenizerFast, XLNetLMHeadModel
 
-    from common.assd import AssdConfig, infill
+    from common.assd import infill
 
-    try:
-        text = args.config or "{}"
-        config = AssdConfig(**json.loads(Path(text).read_text() if text.endswith(".json") else text))
-    except (ConfigError, TypeError, OSError, json.JSONDecodeError) as err:
-        sys.exit(f"error: --config: {err}")
     model = XLNetLMHeadModel.from_pretrained(args.model, dtype=torch.float32).to(args.device).eval()
     tokenizer = PreTrainedTokenizerFast.from_pretrained(args.model)
     mask_id = getattr(model.config, "mask_token_id", None) or tokenizer.mask_token_id
@@ -121,36 +112,43 @@ def assd_records(args: argparse.Namespace, sampling: SamplingParams, prompts: li
     return records
 
 
+def model_free(args: argparse.Namespace) -> None:
+    """`huginn` and `assd`: their own models and runners, not the transformers reference runner."""
+    from common.assd import AssdConfig
+    from common.huginn import HuginnConfig
+
+    refused = [flag for flag, given in (("--no-cache", args.no_cache), ("--trust-remote-code", args.trust_remote_code),
+                                        ("--max-tokens", args.method == "assd" and args.max_tokens is not None))
+               if given]
+    try:
+        if refused:
+            raise ConfigError(f"{', '.join(refused)} does not apply to --method {args.method}")
+        config = build_config(HuginnConfig if args.method == "huginn" else AssdConfig, args.method, args.config)
+        sampling = SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed)
+        prompts = read_prompts(args.prompts_file)
+    except ConfigError as err:
+        sys.exit(f"error: {err}")
+    if args.method == "huginn":
+        limits = Limits(max_tokens=64 if args.max_tokens is None else args.max_tokens)
+        records = huginn_records(args, config, sampling, limits, prompts)
+        passes = sum(r["core_passes"] for r in records) / max(sum(len(r["token_ids"]) for r in records), 1)
+        summary = f"{passes:.2f} sequential core passes per token"
+    else:
+        records = assd_records(args, config, sampling, prompts)
+        summary = f"{sum(r['generated'] for r in records)} holes filled in {sum(r['nfe'] for r in records)} model calls"
+    Path(args.json).write_text(json.dumps(records, indent=1), encoding="utf-8")
+    print(f"{args.method}: {len(records)} prompts, {summary}")
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    if args.method == "assd":
-        try:
-            sampling = SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
-                                      seed=args.seed)
-            prompts = read_prompts(args.prompts_file)
-        except ConfigError as err:
-            sys.exit(f"error: {err}")
-        records = assd_records(args, sampling, prompts)
-        Path(args.json).write_text(json.dumps(records, indent=1), encoding="utf-8")
-        nfe, filled = sum(r["nfe"] for r in records), sum(r["generated"] for r in records)
-        print(f"assd: {len(records)} prompts, {filled} holes filled in {nfe} model calls")
-        return
-    if args.method == "huginn":
-        try:
-            sampling = SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
-                                      seed=args.seed)
-            prompts = read_prompts(args.prompts_file)
-        except ConfigError as err:
-            sys.exit(f"error: {err}")
-        records = huginn_records(args, sampling, Limits(max_tokens=args.max_tokens), prompts)
-        Path(args.json).write_text(json.dumps(records, indent=1), encoding="utf-8")
-        passes = sum(r["core_passes"] for r in records) / max(sum(len(r["token_ids"]) for r in records), 1)
-        print(f"huginn: {len(records)} prompts, {passes:.2f} sequential core passes per token")
+    if args.method in ("huginn", "assd"):
+        model_free(args)
         return
     try:
         config = parse_config(args.method, args.config)
         sampling = SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed)
-        limits = Limits(max_tokens=args.max_tokens)
+        limits = Limits(max_tokens=64 if args.max_tokens is None else args.max_tokens)
         prompts = read_prompts(args.prompts_file)
     except ConfigError as err:
         sys.exit(f"error: {err}")

@@ -43,6 +43,12 @@ def config_fields(method: str) -> list[str]:
 
 def parse_config(method: str, settings: dict[str, Any] | str | None = None, **defaults: Any) -> Any:
     """Build the method's typed config from JSON, a `.json` file path, or a dict; `defaults` fill unset fields."""
+    config_fields(method)
+    return build_config(METHODS[method][0], method, settings, **defaults)
+
+
+def build_config(config_cls: type, name: str, settings: dict[str, Any] | str | None = None, **defaults: Any) -> Any:
+    """A typed config dataclass from JSON, a `.json` file path, or a dict; unknown fields refused by name."""
     if isinstance(settings, str) and settings.endswith(".json"):
         try:
             settings = Path(settings).read_text(encoding="utf-8")
@@ -56,17 +62,17 @@ def parse_config(method: str, settings: dict[str, Any] | str | None = None, **de
     settings = dict(settings or {})
     if not isinstance(settings, dict):
         raise ConfigError(f"config must be a JSON object, got {settings!r}")
-    allowed = config_fields(method)
+    allowed = [f.name for f in dataclasses.fields(config_cls)]
     unknown = sorted(set(settings) - set(allowed))
     if unknown:
-        raise ConfigError(f"{method} config has unknown field(s) {unknown}; allowed: {allowed}")
-    for name, value in defaults.items():
-        if name in allowed and settings.get(name) is None:
-            settings[name] = value
+        raise ConfigError(f"{name} config has unknown field(s) {unknown}; allowed: {allowed}")
+    for field, value in defaults.items():
+        if field in allowed and settings.get(field) is None:
+            settings[field] = value
     try:
-        return METHODS[method][0](**settings)
+        return config_cls(**settings)
     except (TypeError, ConfigError) as err:
-        raise ConfigError(f"{method} config: {err}") from None
+        raise ConfigError(f"{name} config: {err}") from None
 
 
 def make_decoder(method: str, config: Any, prompt: list[int], sampling: SamplingParams, limits: Limits) -> Decoder:
