@@ -30,7 +30,7 @@ import torch
 from common.acceptance import verify
 from common.decoder import Limits
 from common.errors import ConfigError, require
-from common.models.raven import KVCache, RavenForCausalLM
+from common.models.raven import Cache, KVCache, RavenConfig, RavenForCausalLM
 from common.sampling import SamplingParams, choose, target_probs
 
 SAMPLERS = ("ar", "adaptive", "speculative", "wavefront")
@@ -118,19 +118,90 @@ class RecurrentOutput:
     embeds: torch.Tensor
 
 
+@dataclass
+class RecurrentRows:
+    """The recurrent state of the rows of one or more forwards, concatenated as an engine batches them: each row's
+    starting latent, recurrence count and, where `mixed`, the previous embedding mixed in with weight `ema`."""
+
+    latents: torch.Tensor
+    inner: torch.Tensor
+    previous_embeds: torch.Tensor
+    mixed: torch.Tensor
+    ema: float = 0.0
+    first_recurrence: int = 0
+
+    @classmethod
+    def of(cls, forwards: list[RecurrentForward]) -> "RecurrentRows":
+        """The rows of `forwards` in order (one `ema` and `first_recurrence` for all: one config per engine)."""
+        latents = torch.cat([f.latents for f in forwards])
+        previous, mixed = torch.zeros_like(latents), torch.zeros(latents.shape[0], dtype=torch.bool)
+        start = 0
+        for f in forwards:
+            if f.previous_embeds is not None and f.ema > 0:
+                previous[start : start + f.previous_embeds.shape[0]] = f.previous_embeds
+                mixed[start : start + f.previous_embeds.shape[0]] = True
+            start += f.token_ids.numel()
+        inner = torch.cat([torch.full((f.token_ids.numel(),), f.inner) for f in forwards])
+        return cls(latents, inner, previous, mixed, max((f.ema for f in forwards), default=0.0),
+                   forwards[0].first_recurrence)
+
+
+def unplanned_rows(model: RavenForCausalLM, positions: torch.Tensor) -> RecurrentRows:
+    """What an engine's forward nobody planned runs: `mean_recurrence` recurrences from latent seed 0."""
+    n = positions.shape[0]
+    latents = torch.cat([initial_latents(model, 0, int(p), 1) for p in positions.tolist()]) if n else torch.zeros(
+        0, model.config.n_embd)
+    return RecurrentRows(latents, torch.full((n,), model.config.mean_recurrence), torch.zeros_like(latents),
+                         torch.zeros(n, dtype=torch.bool))
+
+
+@dataclass
+class RowsOutput:
+    latents: torch.Tensor
+    hidden: torch.Tensor
+    embeds: torch.Tensor
+
+
+def run_rows(model: RavenForCausalLM, cache: Cache, token_ids: torch.Tensor, positions: torch.Tensor,
+             rows: RecurrentRows) -> RowsOutput:
+    """The batched forward both the reference and the engines run: prelude, each row's own number of core
+    recurrences from its latent, coda; the coda's hidden states (the LM head is the caller's)."""
+    e = model.embed(token_ids, positions, cache)
+    if bool(rows.mixed.any()):
+        # (1 - ema) e + ema e_prev, written so that an unchanged embedding stays bit for bit what it was
+        e = torch.where(rows.mixed[:, None], e + rows.ema * (rows.previous_embeds.to(e) - e), e)
+    z = model.recur_rows(rows.latents.to(e), e, positions, cache, rows.inner.to(e.device), rows.first_recurrence)
+    return RowsOutput(z, model.hidden(z, positions, cache), e)
+
+
+class StagedRaven(RavenForCausalLM):
+    """The model as the engines run it: the `huginn` adapter stages the rows' recurrent state (`rows`) just before a
+    forward and reads their latents and embeddings (`last`) after it; a forward nobody staged (warm-up, a prefill
+    outside the method) runs `unplanned_rows`."""
+
+    def __init__(self, config: RavenConfig) -> None:
+        super().__init__(config)
+        self.rows: RecurrentRows | None = None
+        self.last: RowsOutput | None = None
+        self.core_passes = 0  # sequential passes of the core block so far, the cost that sets a step's latency
+
+    def run_staged(self, cache: Cache, token_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """The coda's hidden states of one engine forward."""
+        rows, self.rows = self.rows, None
+        if rows is None:
+            rows = unplanned_rows(self, positions)
+        elif rows.latents.shape[0] != token_ids.shape[0]:
+            raise RuntimeError(f"{rows.latents.shape[0]} rows staged for a forward of {token_ids.shape[0]} tokens")
+        self.last = run_rows(self, cache, token_ids, positions, rows)
+        self.core_passes += int(rows.inner.max()) if rows.inner.numel() else 0
+        return self.last.hidden
+
+
 def run_forward(model: RavenForCausalLM, cache: KVCache, forward: RecurrentForward) -> RecurrentOutput:
     """Execute one forward on `cache` (cropped to the rows' start first)."""
     cache.crop(forward.start)
-    positions = forward.positions
-    e = model.embed(forward.token_ids, positions, cache)
-    if forward.previous_embeds is not None and forward.ema > 0:
-        m = forward.previous_embeds.shape[0]
-        # (1 - ema) e + ema e_prev, written so that an unchanged embedding stays bit for bit what it was
-        e = torch.cat([e[:m] + forward.ema * (forward.previous_embeds - e[:m]), e[m:]])
-    z = forward.latents
-    for t in range(forward.inner):
-        z = model.recur(z, e, positions, cache, forward.first_recurrence + t)
-    return RecurrentOutput(z, model.decode(z, positions, cache), e)
+    out = run_rows(model, cache, forward.token_ids, forward.positions, RecurrentRows.of([forward]))
+    return RecurrentOutput(out.latents, model.lm_head(out.hidden).float(), out.embeds)
 
 
 @dataclass
@@ -175,12 +246,10 @@ class HuginnDecoder:
             bool(self.output) and self.output[-1] in self.limits.eos_token_ids)
 
     def latent(self, position: int) -> torch.Tensor:
-        """The initial latent of `position`, drawn from the request's seed."""
-        generator = torch.Generator().manual_seed(self.latent_seed * LATENT_SEED_STRIDE + position)
-        return self.model.initial_latent(generator, self.config.init_scale)
+        return initial_latents(self.model, self.latent_seed, position, 1, self.config.init_scale)[0]
 
     def latents(self, start: int, count: int) -> torch.Tensor:
-        return torch.stack([self.latent(p) for p in range(start, start + count)])
+        return initial_latents(self.model, self.latent_seed, start, count, self.config.init_scale)
 
     def commit(self, tokens: list[int]) -> list[int]:
         kept = []
@@ -246,6 +315,13 @@ class HuginnDecoder:
             return self.apply_speculative(forward, out)
         return self.apply_wavefront(forward, out)
 
+    def resume(self, logits: torch.Tensor) -> list[int]:
+        """After an engine recomputed the KV of every token (a preempted request, as `ar` computes it): the next
+        token from the recompute's last row, and the in-flight positions started afresh."""
+        self.rows, self.drafts, self.draft_probs = [], [], []
+        self.cache_len = len(self.tokens)
+        return self.commit(self.choose(logits[-1:]))
+
     def choose(self, logits: torch.Tensor) -> list[int]:
         return choose(logits, self.sampling, self.generator).tolist()
 
@@ -291,6 +367,8 @@ class HuginnDecoder:
         for i in range(1, len(self.rows)):
             self.rows[i].token = predicted[i - 1]
         last_input = len(self.prompt) + self.limits.max_tokens - 2  # the last position whose prediction is kept
+        if self.limits.context is not None:
+            last_input = min(last_input, self.limits.context - 1)
         if len(self.rows) < config.max_wavefront and self.cache_len + len(self.rows) <= last_input:
             self.rows.append(Row(predicted[-1], self.latent(self.cache_len + len(self.rows))))
         frozen = 0
@@ -302,6 +380,13 @@ class HuginnDecoder:
         if not self.rows and not self.finished:
             self.rows = [Row(self.tokens[-1], self.latent(self.cache_len))]
         return committed
+
+
+def initial_latents(model: RavenForCausalLM, seed: int, start: int, count: int, scale: float = 1.0) -> torch.Tensor:
+    """The initial latents of positions start.. of a request whose latent seed is `seed`: each position's own
+    draw, so a position starts from the same latent in every sampler, engine and batch; [count, d]."""
+    generators = (torch.Generator().manual_seed(seed * LATENT_SEED_STRIDE + p) for p in range(start, start + count))
+    return torch.stack([model.initial_latent(g, scale) for g in generators])
 
 
 def relative_change(new: torch.Tensor, old: torch.Tensor) -> float:

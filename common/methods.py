@@ -10,6 +10,7 @@ from common.decoder import AutoregressiveDecoder, Decoder, Limits
 from common.diffusion import DiffusionConfig, DiffusionDecoder
 from common.diffusion_self import DiffusionSelfConfig, DiffusionSelfDecoder
 from common.errors import ConfigError
+from common.huginn import HuginnConfig
 from common.jacobi import JacobiConfig, JacobiDecoder
 from common.quadratic_self_spec import QuadraticSelfSpecConfig, QuadraticSelfSpecDecoder
 from common.sampling import SamplingParams
@@ -31,20 +32,29 @@ METHODS: dict[str, tuple[type, type[Decoder]]] = {
 }
 
 
+# Methods the engines serve on their own model class, whose decoders are not `Decoder`s: their configs.
+MODEL_METHODS: dict[str, type] = {"huginn": HuginnConfig}
+
+
 def needs_mask_token(method: str) -> bool:
     return "mask_token_id" in config_fields(method)
 
 
-def config_fields(method: str) -> list[str]:
+def config_class(method: str) -> type:
+    if method in MODEL_METHODS:
+        return MODEL_METHODS[method]
     if method not in METHODS:
-        raise ConfigError(f"method must be one of {sorted(METHODS)}, got {method!r}")
-    return [f.name for f in dataclasses.fields(METHODS[method][0])]
+        raise ConfigError(f"method must be one of {sorted([*METHODS, *MODEL_METHODS])}, got {method!r}")
+    return METHODS[method][0]
+
+
+def config_fields(method: str) -> list[str]:
+    return [f.name for f in dataclasses.fields(config_class(method))]
 
 
 def parse_config(method: str, settings: dict[str, Any] | str | None = None, **defaults: Any) -> Any:
     """Build the method's typed config from JSON, a `.json` file path, or a dict; `defaults` fill unset fields."""
-    config_fields(method)
-    return build_config(METHODS[method][0], method, settings, **defaults)
+    return build_config(config_class(method), method, settings, **defaults)
 
 
 def build_config(config_cls: type, name: str, settings: dict[str, Any] | str | None = None, **defaults: Any) -> Any:

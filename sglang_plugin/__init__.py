@@ -1,6 +1,6 @@
 """SGLang plugin (`sglang.srt.plugins` entry point): `--decode-mode` on `sglang.launch_server`, our speculative
 workers, a CPU attention backend for verify windows, plain-torch stand-ins for missing CPU kernel ops, and WeDLM /
-NLD checkpoints without remote code.
+NLD checkpoints without remote code, Huginn's `RavenForCausalLM`.
 
 Loaded by SGLang in the launching process and in every scheduler process. Without `--decode-mode` nothing is
 selected and SGLang runs as without the plugin (the backend and algorithms are only registered, never chosen).
@@ -69,7 +69,12 @@ def worker_class(server_args: object) -> type:
     """The worker SGLang builds for our algorithms (imported only once one is selected)."""
     from sglang_plugin.cli import commits, decode_settings
 
-    if commits(*decode_settings(server_args)):
+    mode, config = decode_settings(server_args)
+    if mode == "huginn":
+        from sglang_plugin.huginn import HuginnWorker
+
+        return HuginnWorker
+    if commits(mode, config):
         from sglang_plugin.commit import CommitWorker
 
         return CommitWorker

@@ -1,4 +1,4 @@
-"""WeDLM and Nemotron-Labs-Diffusion checkpoints on SGLang without their remote code: the configs of
+"""WeDLM, Nemotron-Labs-Diffusion and Huginn checkpoints on SGLang without their remote code: the configs of
 `common.checkpoint_configs` registered with transformers in every process, and, only when the served checkpoint
 names one of their architectures, `sglang_plugin.models` as SGLang's external model package (an environment
 variable the scheduler processes inherit; importing SGLang's model registry in every launch would cost seconds)."""
@@ -13,7 +13,7 @@ MODEL_PACKAGE_ENV = "SGLANG_EXTERNAL_MODEL_PACKAGE"
 
 
 def select_models(model_path: str) -> None:
-    """Point SGLang at our model package when `model_path` is a local WeDLM or NLD checkpoint."""
+    """Point SGLang at our model package when `model_path` is a local WeDLM, NLD or Huginn checkpoint."""
     config = Path(model_path) / "config.json"
     if not config.is_file():
         return

@@ -18,7 +18,9 @@ from sglang_plugin.checkpoints import select_models
 
 # Modes served on SGLang, each as a registered speculative algorithm.
 ALGORITHMS = {"diffusion_self": "PD_DIFFUSION_SELF", "jacobi": "PD_JACOBI", "wedlm": "PD_WEDLM",
-              "diffusion": "PD_DIFFUSION"}
+              "diffusion": "PD_DIFFUSION", "huginn": "PD_HUGINN"}
+HUGINN_ARCHITECTURE = "RavenForCausalLM"
+HUGINN_SAMPLERS = ("ar", "adaptive", "wavefront")
 CPU_ATTENTION_BACKEND = "pd_torch_sdpa"
 
 
@@ -84,7 +86,24 @@ def resolve(mode: str, settings: Any, model_path: str, trust_remote_code: bool, 
             ) -> tuple[Any, dict[str, Any]]:
     """The mode's typed config, completed from the checkpoint, and the SGLang fields that select it."""
     config = complete(parse_config(mode, settings), model_path, trust_remote_code)
+    check_huginn(mode, config, model_path, trust_remote_code)
     return config, speculative_fields(mode, config, device)
+
+
+def check_huginn(mode: str, config: Any, model_path: str, trust_remote_code: bool) -> None:
+    """`huginn` serves Raven checkpoints, which no other mode serves; its engine samplers and cache layout."""
+    from transformers import AutoConfig
+
+    architectures = AutoConfig.from_pretrained(model_path, trust_remote_code=trust_remote_code).architectures or []
+    if (mode == "huginn") != (HUGINN_ARCHITECTURE in architectures):
+        raise ConfigError(f"decode mode huginn serves {HUGINN_ARCHITECTURE} checkpoints, and they are served by mode "
+                          f"huginn only; got mode {mode!r} on {architectures}")
+    if mode == "huginn" and config.sampler not in HUGINN_SAMPLERS:
+        raise ConfigError(f"sampler must be one of {list(HUGINN_SAMPLERS)} on SGLang, got {config.sampler!r} (the "
+                          "speculative sampler's drafts run at positions SGLang has not reserved)")
+    if mode == "huginn" and config.cache_lookup_strategy != "compress-s4":
+        raise ConfigError("cache_lookup_strategy must be 'compress-s4' on SGLang (one KV slot per core layer), got "
+                          f"{config.cache_lookup_strategy!r}")
 
 
 def encode(mode: str, config: Any) -> str:
@@ -123,6 +142,8 @@ def window_size(mode: str, config: Any) -> int:
         return (3 * config.window + 2) // 2
     if mode == "diffusion":
         return config.block_size
+    if mode == "huginn":
+        return (config.max_wavefront + 1) // 2 if config.sampler == "wavefront" else 1
     return config.num_speculative_tokens + 1
 
 
@@ -134,6 +155,8 @@ def speculative_fields(mode: str, config: Any, device: str | None) -> dict[str, 
                           f"remove it, got {config.draft_adapter!r}")
     fields = {"speculative_algorithm": ALGORITHMS[mode], "speculative_num_draft_tokens": window_size(mode, config),
               "speculative_num_steps": 1, "speculative_eagle_topk": 1, "disable_overlap_schedule": True}
+    if mode == "huginn":
+        fields["disable_radix_cache"] = True  # a prefix's KV depends on the request's latents
     if device == "cpu":
         fields["attention_backend"] = CPU_ATTENTION_BACKEND
     return fields

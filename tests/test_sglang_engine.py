@@ -49,7 +49,7 @@ def test_engine_keywords_equal_reference(engine_dir, prompts, cpu_engine_env):
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
-    ({"decode_mode": "huginn"}, "decode_mode must be one of"),
+    ({"decode_mode": "assd"}, "decode_mode must be one of"),
     ({"decode_config": {"window": 4}}, "decode_config needs decode_mode"),
     ({"decode_mode": "wedlm", "decode_config": {"window": 0}}, "window must be a positive integer"),
     ({"decode_mode": "wedlm", "decode_config": {"block_size": 4}}, "unknown field(s) ['block_size']"),

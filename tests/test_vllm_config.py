@@ -32,6 +32,9 @@ BAD = [
     ({"method": "wedlm", "distance_penalty": -1}, "distance_penalty"),
     ({"method": "diffusion", "block_size": 130}, "block_size"),
     ({"method": "diffusion", "confidence_threshold": 1.5}, "confidence_threshold"),
+    ({"method": "huginn", "sampler": "speculative"}, "sampler"),
+    ({"method": "huginn", "cache_lookup_strategy": "full"}, "cache_lookup_strategy"),
+    ({"method": "huginn", "sampler": "ar", "exit_t": 0.1}, "exit_t"),
 ]
 
 

@@ -1,9 +1,11 @@
 """The OpenAI-compatible server answers 32 concurrent requests, streamed and not, exactly as the offline engine:
-`diffusion_self` and `jacobi` as vLLM without speculation, `wedlm` and `diffusion` as the offline `LLM` with the
-same method (itself equal to `common/`'s reference); temperature 0, stop strings, stop tokens, max_tokens."""
+`diffusion_self` and `jacobi` as vLLM without speculation, `wedlm`, `diffusion` and `huginn` (on the trained Raven)
+as the offline `LLM` with the same method (itself equal to `common/`'s reference); temperature 0, stop strings,
+stop tokens, max_tokens."""
 
 import functools
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -21,8 +23,15 @@ SERVED = [
     {"method": "jacobi", "block_size": 4},
     {"method": "wedlm", "window": 8, "entropy_threshold": 5.0},
     {"method": "diffusion", "block_size": 8, "confidence_threshold": 0.1},
+    {"method": "huginn", "sampler": "wavefront", "num_steps": 32, "inner_recurrence": 4},
 ]
 LOSSLESS = {"diffusion_self", "jacobi"}
+TRAINED_RAVEN = Path(__file__).resolve().parents[1] / "scripts" / "trained" / "raven"
+
+
+def model_dir(engine_dir, spec: dict) -> Path:
+    """Huginn serves Raven checkpoints (the trained one, whose latents converge); the others the tiny Qwen3."""
+    return TRAINED_RAVEN if spec["method"] == "huginn" else engine_dir["qwen3"]
 
 
 @pytest.fixture(scope="module", params=SERVED, ids=[s["method"] for s in SERVED])
@@ -35,7 +44,7 @@ def cases(engine_dir, prompts, spec):
     """(prompt, request extras, expected text, expected completion tokens, whether the reference decoding of the
     prompt takes a near-tied decision) from the offline oracle engine."""
     greedy = SamplingParams(temperature=0, max_tokens=MAX_TOKENS)
-    with engine(engine_dir["qwen3"], None if spec["method"] in LOSSLESS else spec) as llm:
+    with engine(model_dir(engine_dir, spec), None if spec["method"] in LOSSLESS else spec) as llm:
         first = llm.generate(prompts, greedy)
         requests = []
         for prompt, out in zip(prompts, first, strict=True):
@@ -49,7 +58,8 @@ def cases(engine_dir, prompts, spec):
         ]
         outs = llm.generate([p for p, _ in requests], params)
     settings = {k: v for k, v in spec.items() if k != "method"}
-    tied = ties.reference_ties(engine_dir["qwen3"], spec["method"], settings, prompts, MAX_TOKENS)
+    tied = [None] * len(prompts) if spec["method"] == "huginn" else ties.reference_ties(
+        engine_dir["qwen3"], spec["method"], settings, prompts, MAX_TOKENS)
     return [
         (prompt, extra, out.outputs[0].text, len(out.outputs[0].token_ids), tied[i // 3] is not None)
         for i, ((prompt, extra), out) in enumerate(zip(requests, outs, strict=True))
@@ -59,7 +69,7 @@ def cases(engine_dir, prompts, spec):
 @pytest.fixture(scope="module")
 def server(spec, engine_dir, tmp_path_factory):
     log = tmp_path_factory.mktemp("server") / "log.txt"
-    with vllm_server(engine_dir["qwen3"], spec, log_path=log) as client:
+    with vllm_server(model_dir(engine_dir, spec), spec, log_path=log) as client:
         yield client
 
 

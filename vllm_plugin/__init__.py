@@ -1,4 +1,5 @@
-"""vLLM adapter: `--speculative-config '{"method": "diffusion_self" | "jacobi" | "wedlm" | "diffusion", ...}'`.
+"""vLLM adapter: `--speculative-config '{"method": M, ...}'`, M one of `diffusion_self`, `jacobi`, `wedlm`,
+`diffusion`, `huginn`.
 
 Installed in every process: the front-end translation of `--speculative-config` (every other method passes
 through untouched), the refusal of per-request settings our method would not apply, and the WeDLM checkpoint names

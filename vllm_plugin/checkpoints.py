@@ -1,6 +1,7 @@
-"""Make WeDLM and Nemotron-Labs-Diffusion checkpoints loadable in vLLM without their remote code: the configs of
-`common.checkpoint_configs`, the architectures as stock vLLM classes (`vllm_plugin.models`). The registration is
-additive: vLLM knows none of these names, so nothing it served before changes.
+"""Make WeDLM, Nemotron-Labs-Diffusion and Huginn checkpoints loadable in vLLM without their remote code: the
+configs of `common.checkpoint_configs`, the architectures as stock vLLM classes (`vllm_plugin.models`) or, for
+Huginn's recurrent depth, our own (`vllm_plugin.raven`). The registration is additive: vLLM knows none of these
+names, so nothing it served before changes.
 """
 
 from common.checkpoint_configs import register_configs
@@ -13,3 +14,4 @@ def register() -> None:
     register_configs()
     ModelRegistry.register_model("WeDLMForCausalLM", "vllm_plugin.models:WeDLMForCausalLM")
     ModelRegistry.register_model("NemotronLabsDiffusionModel", "vllm_plugin.models:NemotronLabsDiffusionForCausalLM")
+    ModelRegistry.register_model("RavenForCausalLM", "vllm_plugin.raven:RavenForCausalLM")

@@ -42,12 +42,16 @@ METHODS = {
     "diffusion": EngineMethod(
         "vllm_plugin.diffusion.DiffusionProposer", "vllm_plugin.scheduler.LookaheadScheduler"
     ),
+    "huginn": EngineMethod("vllm_plugin.huginn.HuginnProposer", "vllm_plugin.scheduler.CommitScheduler"),
 }
+HUGINN_ARCHITECTURE = "RavenForCausalLM"
+HUGINN_SAMPLERS = ("ar", "adaptive", "wavefront")
 SIZE_FIELDS = {
     "diffusion_self": "num_speculative_tokens",
     "jacobi": "block_size * num_blocks",
     "wedlm": "window (2 x window)",
     "diffusion": "block_size",
+    "huginn": "max_wavefront",
 }
 
 
@@ -59,7 +63,10 @@ def num_speculative_tokens(method: str, config: Any) -> int:
         return 2 * config.window
     if method == "diffusion":
         return config.block_size - 1
+    if method == "huginn":
+        return max(config.max_wavefront - 1, 1) if config.sampler == "wavefront" else 1
     return config.num_speculative_tokens
+
 
 
 def engine_config(settings: dict[str, Any]) -> tuple[str, Any]:
@@ -67,6 +74,12 @@ def engine_config(settings: dict[str, Any]) -> tuple[str, Any]:
     settings = dict(settings)
     method = settings.pop("method")
     config = parse_config(method, settings)
+    if method == "huginn" and config.sampler not in HUGINN_SAMPLERS:
+        raise ConfigError(f"sampler must be one of {list(HUGINN_SAMPLERS)} under vLLM, got {config.sampler!r} (the "
+                          "speculative sampler's drafts run at positions vLLM has not scheduled)")
+    if method == "huginn" and config.cache_lookup_strategy != "compress-s4":
+        raise ConfigError("cache_lookup_strategy must be 'compress-s4' under vLLM (one KV slot per core layer), got "
+                          f"{config.cache_lookup_strategy!r}")
     if method == "jacobi" and config.pool_size and config.recycling != "linear":
         raise ConfigError(
             "recycling must be 'linear' under vLLM when pool_size > 0: its verifier takes one linear draft, not "
@@ -115,6 +128,13 @@ def translate(engine_args: Any, model_config: Any) -> None:
 
     check_vllm_version(vllm.__version__)
     method, config = engine_config(engine_args.speculative_config)
+    architectures = getattr(model_config.hf_config, "architectures", None) or []
+    if (method == "huginn") != (HUGINN_ARCHITECTURE in architectures):
+        err = ConfigError(f"method huginn serves {HUGINN_ARCHITECTURE} checkpoints, and they are served by method "
+                          f"huginn only; got method {method!r} on {architectures}")
+        if _cli["named_ours"]:
+            raise SystemExit(f"error: {err}")
+        raise err
     try:
         config = complete_config(config, model_config.hf_config, lambda: load_tokenizer(model_config))
     except ConfigError as err:
@@ -125,7 +145,7 @@ def translate(engine_args: Any, model_config: Any) -> None:
     if target.scheduler is not None:
         if engine_args.scheduler_cls not in (None, target.scheduler):
             raise ConfigError(
-                f"scheduler_cls must be unset for {method} (it reserves KV slots for the draft block), "
+                f"scheduler_cls must be unset for {method} (it runs on its own scheduler), "
                 f"got {engine_args.scheduler_cls!r}"
             )
         engine_args.scheduler_cls = target.scheduler

@@ -1,5 +1,6 @@
-"""Per-request settings `wedlm` and `diffusion` do not apply (their decoders replace vLLM's sampler and its logits
-processors), refused by name before a request is queued: the offline API raises, the OpenAI server answers 400.
+"""Per-request settings `wedlm`, `diffusion` and `huginn` do not apply (their decoders replace vLLM's sampler and
+its logits processors), refused by name before a request is queued: the offline API raises, the OpenAI server
+answers 400.
 
 The lossless methods are verified by vLLM's own rejection sampler, which applies them to the target."""
 
@@ -8,7 +9,7 @@ from typing import Any
 
 from vllm_plugin.config import ADDITIONAL_CONFIG_KEY
 
-COMMITTING = {"wedlm", "diffusion"}
+COMMITTING = {"wedlm", "diffusion", "huginn"}
 # vLLM sampling parameters the committing methods do not apply, with the value that leaves them off.
 NEUTRAL = {"presence_penalty": 0.0, "frequency_penalty": 0.0, "repetition_penalty": 1.0, "min_p": 0.0,
            "min_tokens": 0, "logprobs": None, "prompt_logprobs": None, "logprob_token_ids": None,

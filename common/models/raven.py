@@ -9,9 +9,10 @@ costs what an 8-layer model's costs.
 
 import json
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from safetensors.torch import load_file
@@ -96,6 +97,15 @@ def rotate(x: torch.Tensor, positions: torch.Tensor, head_dim: int, base: float)
 LAYOUTS = ("compress-s4", "full")
 
 
+class Cache(Protocol):
+    """Where the model's attention keeps and reads keys and values: `KVCache` here, an engine's paged cache there."""
+
+    def slot(self, layer: int, recurrence: int) -> tuple[int, int]: ...
+
+    def attend(self, slot: tuple[int, int], q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+               positions: torch.Tensor) -> torch.Tensor: ...
+
+
 class KVCache:
     """Keys and values per layer slot, positions 0..length-1. `compress-s4` (upstream's name): one slot per core
     layer shared by all recurrences, the newest write wins (the memory of an 8-layer model); `full`: a slot per
@@ -127,6 +137,16 @@ class KVCache:
         self.length = max(self.length, end)
         return self.keys[slot][:, :end], self.values[slot][:, :end]
 
+    def attend(self, slot: tuple[int, int], q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+               positions: torch.Tensor) -> torch.Tensor:
+        """Write the rows' keys and values into `slot` and attend causally over the slot's prefix; q, k, v and the
+        result are [n, heads, head_dim]."""
+        start, n = int(positions[0]), q.shape[0]
+        keys, values = self.write(slot, start, k.transpose(0, 1), v.transpose(0, 1))
+        mask = torch.ones(n, keys.shape[1], dtype=torch.bool, device=q.device).tril(start)
+        y = nn.functional.scaled_dot_product_attention(q.transpose(0, 1), keys, values, attn_mask=mask)
+        return y.transpose(0, 1)
+
     def crop(self, length: int) -> None:
         """Keep the first `length` positions of every slot."""
         for slot in self.keys:
@@ -144,25 +164,22 @@ class Attention(nn.Module):
             self.qk_bias = nn.Parameter(torch.zeros(2, 1, config.n_heads, config.head_dim))
         self.proj = nn.Linear(config.n_embd, config.n_embd, bias=False)
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, cache: KVCache | None, slot: tuple[int, int]
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, cache: Cache | None, slot: tuple[int, int]
                 ) -> torch.Tensor:
-        """x is [n, d] (one request's rows after its cached prefix) or, without a cache, [batch, n, d] from
-        position 0 (training)."""
-        config, n = self.config, x.shape[-2]
+        """x is [n, d] (rows after a cached prefix, attended through `cache`) or, without a cache,
+        [batch, n, d] from position 0 (training)."""
+        config = self.config
         q, k, v = self.Wqkv(x).unflatten(-1, (3, config.n_heads, config.head_dim)).unbind(-3)
         if config.qk_bias:
             q, k = q + self.qk_bias[0, 0], k + self.qk_bias[1, 0]
-        q = rotate(q, positions, config.head_dim, config.rope_base).transpose(-3, -2)
-        k = rotate(k, positions, config.head_dim, config.rope_base).transpose(-3, -2)
-        v = v.transpose(-3, -2)
+        q = rotate(q, positions, config.head_dim, config.rope_base)
+        k = rotate(k, positions, config.head_dim, config.rope_base)
         if cache is None:
-            y = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+            y = nn.functional.scaled_dot_product_attention(
+                q.transpose(-3, -2), k.transpose(-3, -2), v.transpose(-3, -2), is_causal=True).transpose(-3, -2)
         else:
-            start = int(positions[0])
-            keys, values = cache.write(slot, start, k, v)
-            mask = torch.ones(n, keys.shape[1], dtype=torch.bool, device=x.device).tril(start)
-            y = nn.functional.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
-        return self.proj(y.transpose(-3, -2).flatten(-2))
+            y = cache.attend(slot, q, k, v, positions)
+        return self.proj(y.flatten(-2))
 
 
 class GatedMLP(nn.Module):
@@ -186,7 +203,7 @@ class SandwichBlock(nn.Module):
         self.norm_3 = RMSNorm(config.n_embd, config.norm_eps)
         self.norm_4 = RMSNorm(config.n_embd, config.norm_eps)
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, cache: KVCache | None, slot: tuple[int, int]
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, cache: Cache | None, slot: tuple[int, int]
                 ) -> torch.Tensor:
         x = self.norm_2(self.attn(self.norm_1(x), positions, cache, slot) + x)
         return self.norm_4(self.mlp(self.norm_3(x)) + x)
@@ -218,15 +235,27 @@ class RavenForCausalLM(nn.Module):
         index = path / "model.safetensors.index.json"
         files = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.exists() else [
             "model.safetensors"]
-        state: dict[str, torch.Tensor] = {}
-        for name in files:
-            state.update(load_file(path / name))
-        state.pop("freqs_cis", None)  # upstream saves its RoPE table; we compute it
-        if config.tie_embeddings:
-            state.setdefault("lm_head.weight", state["transformer.wte.weight"])
         model = cls(config)
-        model.load_state_dict(state)
+        loaded = model.load_weights(item for name in files for item in load_file(path / name).items())
+        missing = {name for name, _ in model.named_parameters()} - loaded
+        if missing:
+            raise ConfigError(f"the checkpoint lacks {sorted(missing)}")
         return model.to(dtype).eval()
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
+        """Copy (name, tensor) pairs in the checkpoint's names into the parameters (the engines' loading interface
+        too); return the names loaded."""
+        params = dict(self.named_parameters())
+        loaded = set()
+        for name, tensor in weights:
+            if name == "freqs_cis" or (name == "lm_head.weight" and self.config.tie_embeddings):
+                continue  # upstream saves its RoPE table, which we compute, and may save the tied head
+            if name not in params:
+                raise ConfigError(f"unexpected weight {name!r} in a RavenForCausalLM checkpoint")
+            with torch.no_grad():
+                params[name].copy_(tensor)
+            loaded.add(name)
+        return loaded | ({"lm_head.weight"} if self.config.tie_embeddings else set())
 
     def save_pretrained(self, path: str | Path) -> None:
         from safetensors.torch import save_file
@@ -249,14 +278,14 @@ class RavenForCausalLM(nn.Module):
         nn.init.trunc_normal_(z, mean=0.0, std=std, a=-3 * std, b=3 * std, generator=generator)
         return (z * self.config.emb_scale).to(weight)
 
-    def embed(self, token_ids: torch.Tensor, positions: torch.Tensor, cache: KVCache | None) -> torch.Tensor:
+    def embed(self, token_ids: torch.Tensor, positions: torch.Tensor, cache: Cache | None) -> torch.Tensor:
         """The prelude's output e for the rows (writes the prelude's KV)."""
         x = self.transformer["wte"](token_ids) * self.config.emb_scale
         for i, block in enumerate(self.transformer["prelude"]):
             x = block(x, positions, cache, _slot(cache, i, 0))
         return x
 
-    def recur(self, z: torch.Tensor, e: torch.Tensor, positions: torch.Tensor, cache: KVCache | None,
+    def recur(self, z: torch.Tensor, e: torch.Tensor, positions: torch.Tensor, cache: Cache | None,
               recurrence: int) -> torch.Tensor:
         """The rows' `recurrence`-th pass of the core block with input injection (writes the core's KV)."""
         x = self.transformer["adapter"](torch.cat([z, e], -1))
@@ -265,14 +294,29 @@ class RavenForCausalLM(nn.Module):
             x = block(x, positions, cache, _slot(cache, base + i, recurrence))
         return x
 
-    def decode(self, z: torch.Tensor, positions: torch.Tensor, cache: KVCache | None) -> torch.Tensor:
-        """Logits from latents through the coda (writes the coda's KV), float32 [..., n, vocab]."""
+    def recur_rows(self, z: torch.Tensor, e: torch.Tensor, positions: torch.Tensor, cache: Cache | None,
+                   inner: torch.Tensor, first_recurrence: int = 0) -> torch.Tensor:
+        """Row i's `inner[i]` recurrences in one loop of max(inner) passes, so requests wanting different depths
+        share a batch: a row that is done repeats its last pass on the same input, which writes the same KV and
+        gives the same latent (one kernel shape throughout), so extra passes cost time, never results."""
+        z_in, out = z, z
+        for t in range(int(inner.max()) if inner.numel() else 0):
+            out = self.recur(z_in, e, positions, cache, first_recurrence + t)
+            z_in = torch.where((t + 1 < inner)[:, None], out, z_in)
+        return out
+
+    def hidden(self, z: torch.Tensor, positions: torch.Tensor, cache: Cache | None) -> torch.Tensor:
+        """The coda's normalized output for latents z (writes the coda's KV)."""
         x = self.transformer["ln_f"](z)
         base = self.config.n_layers_in_prelude + self.config.n_layers_in_recurrent_block
         for i, block in enumerate(self.transformer["coda"]):
             x = block(x, positions, cache, _slot(cache, base + i, 0))
-        return self.lm_head(self.transformer["ln_f"](x)).float()
+        return self.transformer["ln_f"](x)
+
+    def decode(self, z: torch.Tensor, positions: torch.Tensor, cache: Cache | None) -> torch.Tensor:
+        """Logits from latents through the coda (writes the coda's KV), float32 [..., n, vocab]."""
+        return self.lm_head(self.hidden(z, positions, cache)).float()
 
 
-def _slot(cache: KVCache | None, layer: int, recurrence: int) -> tuple[int, int]:
+def _slot(cache: Cache | None, layer: int, recurrence: int) -> tuple[int, int]:
     return (layer, 0) if cache is None else cache.slot(layer, recurrence)

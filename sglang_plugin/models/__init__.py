@@ -1,2 +1,2 @@
-"""SGLang's external model package while a WeDLM or NLD checkpoint is served (`sglang_plugin.checkpoints`): each
+"""SGLang's external model package while a WeDLM, NLD or Huginn checkpoint is served (`sglang_plugin.checkpoints`): each
 module's `EntryClass` names the architecture it serves."""

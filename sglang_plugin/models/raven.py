@@ -1,0 +1,54 @@
+"""Huginn's `RavenForCausalLM` as an SGLang model: `common/`'s model with its attention on SGLang's paged KV pool.
+
+One `RadixAttention` per model layer, the core's shared by all recurrences (upstream's `compress-s4`), so the pool
+costs an 8-layer model's. Forwards run the rows the `huginn` worker stages (`common.huginn.StagedRaven`).
+"""
+
+from typing import Any
+
+import torch
+from sglang.srt.layers.logits_processor import LogitsProcessor
+from sglang.srt.layers.radix_attention import RadixAttention
+from torch import nn
+
+from common.errors import ConfigError
+from common.huginn import StagedRaven
+from common.models.raven import RavenConfig
+
+
+class PoolCache:
+    """The model's `Cache` on SGLang's attention layers for one forward batch."""
+
+    def __init__(self, layers: nn.ModuleList, forward_batch: Any) -> None:
+        self.layers, self.forward_batch = layers, forward_batch
+
+    def slot(self, layer: int, recurrence: int) -> tuple[int, int]:
+        return (layer, 0)
+
+    def attend(self, slot: tuple[int, int], q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+               positions: torch.Tensor) -> torch.Tensor:
+        n = q.shape[0]
+        flat = [t.reshape(n, -1).contiguous() for t in (q, k, v)]
+        return self.layers[slot[0]](*flat, self.forward_batch).view(q.shape)
+
+
+class RavenForCausalLM(StagedRaven):
+    def __init__(self, config: Any, quant_config: Any = None, prefix: str = "") -> None:
+        if quant_config is not None:
+            raise ConfigError("RavenForCausalLM does not take a quantization config")
+        raven = RavenConfig.from_dict(config.to_dict())
+        super().__init__(raven)
+        n_layers = raven.n_layers_in_prelude + raven.n_layers_in_recurrent_block + raven.n_layers_in_coda
+        self.attn = nn.ModuleList(
+            RadixAttention(raven.n_heads, raven.head_dim, raven.head_dim**-0.5, raven.n_heads, layer_id=i,
+                           prefix=f"{prefix}.attn.{i}" if prefix else f"attn.{i}")
+            for i in range(n_layers))
+        self.logits_processor = LogitsProcessor(config)
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, forward_batch: Any, *args: Any,
+                **kwargs: Any) -> Any:
+        hidden = self.run_staged(PoolCache(self.attn, forward_batch), input_ids, positions)
+        return self.logits_processor(input_ids, hidden, self.lm_head, forward_batch)
+
+
+EntryClass = [RavenForCausalLM]

@@ -1,0 +1,80 @@
+"""Huginn on SGLang (`decode_mode="huginn"` on a `RavenForCausalLM` checkpoint): every sampler SGLang serves gives
+the `common.huginn` reference's tokens, greedy and seeded, batched; under retraction the server keeps serving and
+every request gets its tokens; a mode and a checkpoint that do not go together are refused before a model loads.
+
+Runs in the SGLang environment (see `tests/test_sglang_server.py`)."""
+
+import json
+import os
+import re
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+if os.environ.get("PD_REQUIRE_SGLANG") != "1":
+    pytest.importorskip("sglang")
+
+import sglang
+from transformers import AutoTokenizer
+
+from common.decoder import Limits
+from common.errors import ConfigError
+from common.huginn import HuginnConfig, generate
+from common.models.raven import RavenForCausalLM
+from common.sampling import SamplingParams
+from scripts.sglang_server import CPU_KWARGS, sglang_server
+from tests.test_sglang_engine import cpu_engine_env  # noqa: F401 (a fixture)
+from tests.test_sglang_retraction import PRESSURE_ARGS, PRESSURE_ENV
+from tests.test_sglang_server import generate as complete
+
+MAX_TOKENS = 24
+SEED = 11
+
+
+@pytest.mark.parametrize("settings", [{"sampler": "ar"}, {"sampler": "adaptive", "num_steps": 16},
+                                      {"sampler": "wavefront", "num_steps": 16, "inner_recurrence": 4}],
+                         ids=["ar", "adaptive", "wavefront"])
+def test_samplers_equal_the_reference(engine_dir, prompts, cpu_engine_env, settings):  # noqa: F811
+    model_dir = engine_dir["raven"]
+    ids = [AutoTokenizer.from_pretrained(model_dir).encode(p)[:12] for p in prompts[:4]]
+    model, config = RavenForCausalLM.from_pretrained(model_dir), HuginnConfig(**settings)
+    requests = [(p, t, SEED + i) for t in (0.0, 1.0) for i, p in enumerate(ids)]
+    want = [generate(model, p, config, SamplingParams(temperature=t, seed=s), Limits(MAX_TOKENS)).token_ids
+            for p, t, s in requests]
+    engine = sglang.Engine(model_path=str(model_dir), decode_mode="huginn", decode_config=settings, **CPU_KWARGS)
+    try:
+        got = engine.generate(input_ids=[p for p, _, _ in requests], sampling_params=[
+            {"temperature": t, "sampling_seed": s, "max_new_tokens": MAX_TOKENS, "ignore_eos": True}
+            for _, t, s in requests])
+    finally:
+        engine.shutdown()
+    assert [out["output_ids"] for out in got] == want
+
+
+def test_retracted_requests_finish(engine_dir, prompts, tmp_path, monkeypatch):
+    """A retracted request's KV is recomputed as `ar` computes it and its wavefront starts afresh, so its tokens
+    may differ from an unretracted run's; it still gets all of them."""
+    for name, value in PRESSURE_ENV.items():
+        monkeypatch.setenv(name, value)
+    log = tmp_path / "server.log"
+    settings = {"sampler": "wavefront", "num_steps": 8, "inner_recurrence": 2}
+    with (sglang_server(engine_dir["raven"], "huginn", json.dumps(settings), PRESSURE_ARGS, log) as client,
+          ThreadPoolExecutor(len(prompts)) as pool):
+        got = list(pool.map(lambda p: complete(client, p, temperature=0, max_new_tokens=MAX_TOKENS, ignore_eos=True)
+                            ["output_ids"], prompts))
+    text = log.read_text()
+    retracted = sum(int(n) for n in re.findall(r"(?:Retract requests|Testing retraction)\. #retracted_reqs: (\d+)",
+                                               text))
+    assert retracted >= 4
+    assert all(len(tokens) == MAX_TOKENS for tokens in got)
+
+
+@pytest.mark.parametrize(("family", "mode", "config", "message"), [
+    ("raven", "huginn", {"sampler": "speculative"}, "sampler must be one of"),
+    ("raven", "huginn", {"cache_lookup_strategy": "full"}, "cache_lookup_strategy must be 'compress-s4'"),
+    ("raven", "jacobi", {}, "served by mode huginn only"),
+    ("qwen3", "huginn", {}, "decode mode huginn serves RavenForCausalLM"),
+], ids=["speculative", "full-cache", "jacobi-on-raven", "huginn-on-qwen3"])
+def test_mismatches_refused(engine_dir, cpu_engine_env, family, mode, config, message):  # noqa: F811
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        sglang.Engine(model_path=str(engine_dir[family]), decode_mode=mode, decode_config=config, **CPU_KWARGS)
