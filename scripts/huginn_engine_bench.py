@@ -1,9 +1,11 @@
-"""Huginn's samplers served by vLLM (in-process engine, greedy, held-out prompts) at several batch sizes: tokens/s,
-speedup over the engine's `ar` at the same r, sequential core passes per generated token of a request (the cost
-that sets a step's latency on a GPU; the batch shares each pass), and agreement with the engine's `ar`; JSON + PNG.
+"""Huginn's samplers served by an engine (offline, greedy, held-out prompts) at several batch sizes: tokens/s,
+speedup over the same engine's `ar` at the same r, agreement with its `ar`, and (vLLM, whose engine runs in this
+process) sequential core passes per generated token of a request (the cost that sets a step's latency on a GPU;
+the batch shares each pass); JSON + PNG.
 
-    python -m scripts.huginn_vllm_bench --model DIR [--num-steps 32] [--batch-sizes 1,8] [--max-tokens 48] \\
-        [--json out/huginn-vllm.json] [--png out/huginn-vllm.png]
+    python -m scripts.huginn_engine_bench --engine vllm --model DIR [--num-steps 32] [--batch-sizes 1,8] \\
+        [--max-tokens 48] [--json out/huginn-vllm.json] [--png out/huginn-vllm.png]
+    .venv-sglang/bin/python -m scripts.huginn_engine_bench --engine sglang --model DIR --json out/huginn-sglang.json
 """
 
 import argparse
@@ -19,7 +21,7 @@ from scripts import corpus
 SAMPLERS = ("ar", "adaptive", "wavefront")
 
 
-def run_sampler(model_dir: str, settings: dict, prompts: list[list[int]], max_tokens: int) -> dict:
+def run_vllm(model_dir: str, settings: dict, prompts: list[list[int]], max_tokens: int) -> dict:
     """One engine; a warm-up batch, then the measured one."""
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # in-process, so the model's pass counter is readable
     from vllm import LLM, SamplingParams, TokensPrompt
@@ -40,12 +42,34 @@ def run_sampler(model_dir: str, settings: dict, prompts: list[list[int]], max_to
             "core_passes_per_token": passes * len(prompts) / total}
 
 
-def run(model_dir: str, num_steps: int, batch_sizes: list[int], max_tokens: int) -> dict:
+def run_sglang(model_dir: str, settings: dict, prompts: list[list[int]], max_tokens: int) -> dict:
+    """One engine (float32, CPU settings without a GPU); a warm-up batch, then the measured one."""
+    import sglang
+
+    from scripts.sglang_server import CPU_KWARGS, cpu_env
+
+    os.environ.update(cpu_env())
+    engine = sglang.Engine(model_path=model_dir, decode_mode="huginn", decode_config=settings, **CPU_KWARGS)
+    params = {"temperature": 0, "max_new_tokens": max_tokens, "ignore_eos": True}
+    try:
+        engine.generate(input_ids=prompts, sampling_params=params)
+        start = time.perf_counter()
+        outputs = engine.generate(input_ids=prompts, sampling_params=params)
+        seconds = time.perf_counter() - start
+    finally:
+        engine.shutdown()
+    tokens = [out["output_ids"] for out in outputs]
+    return {"tokens": tokens, "tokens_per_second": sum(len(t) for t in tokens) / seconds,
+            "core_passes_per_token": None}
+
+
+def run(engine: str, model_dir: str, num_steps: int, batch_sizes: list[int], max_tokens: int) -> dict:
     from transformers import PreTrainedTokenizerFast
 
     tokenizer = PreTrainedTokenizerFast.from_pretrained(model_dir)
     prompts = [tokenizer.encode(p) for p in corpus.prompts(max(batch_sizes))]
-    report: dict = {"model": model_dir, "engine": "vllm", "num_steps": num_steps, "max_tokens": max_tokens,
+    run_sampler = run_vllm if engine == "vllm" else run_sglang
+    report: dict = {"model": model_dir, "engine": engine, "num_steps": num_steps, "max_tokens": max_tokens,
                     "records": []}
     for batch_size in tqdm(batch_sizes, desc="batch sizes"):
         rows = {name: run_sampler(model_dir, {"sampler": name, "num_steps": num_steps}, prompts[:batch_size],
@@ -73,8 +97,10 @@ def plot(report: dict, path: str) -> None:
     for name in SAMPLERS:
         rows = [r for r in report["records"] if r["sampler"] == name]
         left.plot(sizes, [r["speedup"] for r in rows], marker="o", label=name)
-        right.plot(sizes, [r["core_passes_per_token"] for r in rows], marker="o", label=name)
-    left.set(xlabel="batch size", ylabel="tokens/s over vLLM ar", xscale="log", title="vLLM, CPU")
+        if rows[0]["core_passes_per_token"] is not None:
+            right.plot(sizes, [r["core_passes_per_token"] for r in rows], marker="o", label=name)
+    left.set(xlabel="batch size", ylabel=f"tokens/s over {report['engine']} ar", xscale="log",
+             title=f"{report['engine']}, CPU")
     right.set(xlabel="batch size", ylabel="sequential core passes per token", xscale="log",
               title=f"r = {report['num_steps']}")
     left.legend()
@@ -83,7 +109,9 @@ def plot(report: dict, path: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m scripts.huginn_vllm_bench", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m scripts.huginn_engine_bench",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--engine", choices=["vllm", "sglang"], default="vllm")
     parser.add_argument("--model", required=True)
     parser.add_argument("--num-steps", type=int, default=32)
     parser.add_argument("--batch-sizes", default="1,8")
@@ -91,11 +119,13 @@ def main() -> None:
     parser.add_argument("--json", default=None)
     parser.add_argument("--png", default=None)
     args = parser.parse_args()
-    report = run(args.model, args.num_steps, [int(b) for b in args.batch_sizes.split(",")], args.max_tokens)
+    sizes = [int(b) for b in args.batch_sizes.split(",")]
+    report = run(args.engine, args.model, args.num_steps, sizes, args.max_tokens)
     print(f"{'sampler':<10} {'batch':>5} {'tok/s':>7} {'speedup':>8} {'passes/token':>12} {'= ar':>6}")
     for r in report["records"]:
+        passes = "-" if r["core_passes_per_token"] is None else f"{r['core_passes_per_token']:.2f}"
         print(f"{r['sampler']:<10} {r['batch_size']:>5} {r['tokens_per_second']:>7.1f} {r['speedup']:>8.2f} "
-              f"{r['core_passes_per_token']:>12.2f} {r['agreement_with_ar']:>6.0%}")
+              f"{passes:>12} {r['agreement_with_ar']:>6.0%}")
     for name, target in (("json", args.json), ("png", args.png)):
         if target:
             Path(target).parent.mkdir(parents=True, exist_ok=True)
