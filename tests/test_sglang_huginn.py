@@ -78,3 +78,22 @@ def test_retracted_requests_finish(engine_dir, prompts, tmp_path, monkeypatch):
 def test_mismatches_refused(engine_dir, cpu_engine_env, family, mode, config, message):  # noqa: F811
     with pytest.raises(ConfigError, match=re.escape(message)):
         sglang.Engine(model_path=str(engine_dir[family]), decode_mode=mode, decode_config=config, **CPU_KWARGS)
+
+
+def test_published_config_instantiates(tmp_path):
+    """Huginn-0125's `config.json` (remote-code `auto_map` and all) builds the SGLang model class: shapes only."""
+    import torch
+    from sglang.srt import runtime_context
+    from sglang.srt.server_args import ServerArgs
+
+    from common.checkpoint_configs import HuginnRavenConfig, register_configs
+    from sglang_plugin.models.raven import RavenForCausalLM as SGLangRaven
+    from tests.test_huginn import HUGINN_0125
+
+    register_configs()
+    (tmp_path / "config.json").write_text(json.dumps(HUGINN_0125))
+    runtime_context.publish(ServerArgs(model_path=str(tmp_path), device="cpu", skip_tokenizer_init=True), role="test")
+    with torch.device("meta"):
+        model = SGLangRaven(HuginnRavenConfig(**HUGINN_0125))
+    assert 3.4e9 < sum(p.numel() for p in model.parameters()) < 3.7e9
+    assert len(model.attn) == 8 and model.attn[0].head_dim == 96  # one KV slot per layer, the core's shared
