@@ -28,7 +28,7 @@ from common.decoder import Limits
 from common.diffusion_self import DRAFT_ADAPTER
 from common.draft_layout import resolve_dlm_type
 from common.errors import ConfigError
-from common.lora import LoRA
+from common.lora import LoRA, adapter_path
 from common.methods import METHODS, build_config, make_decoder, needs_mask_token, parse_config
 from common.runner import ReferenceRunner
 from common.sampling import SamplingParams
@@ -166,9 +166,8 @@ def main(argv: list[str] | None = None) -> None:
     limits = dataclasses.replace(limits, eos_token_ids=eos_token_ids(model, tokenizer))
     adapters = {}
     if getattr(config, "draft_adapter", None):
-        path = Path(config.draft_adapter)
         try:
-            lora = LoRA(model, path if path.is_absolute() else Path(args.model) / path)
+            lora = LoRA(model, adapter_path(args.model, config.draft_adapter))
         except ConfigError as err:
             sys.exit(f"error: {err}")
         adapters[DRAFT_ADAPTER] = lora.enabled

@@ -13,6 +13,7 @@ from typing import Any
 
 from common.draft_layout import complete_config
 from common.errors import ConfigError
+from common.lora import adapter_path
 from common.methods import parse_config
 from sglang_plugin.checkpoints import select_models
 
@@ -87,6 +88,9 @@ def resolve(mode: str, settings: Any, model_path: str, trust_remote_code: bool, 
     """The mode's typed config, completed from the checkpoint, and the SGLang fields that select it."""
     config = complete(parse_config(mode, settings), model_path, trust_remote_code)
     check_huginn(mode, config, model_path, trust_remote_code)
+    if getattr(config, "draft_adapter", None):  # by absolute path, checked (relative: the checkpoint's own)
+        path = adapter_path(model_path, config.draft_adapter).resolve()
+        config = dataclasses.replace(config, draft_adapter=str(path))
     return config, speculative_fields(mode, config, device)
 
 
@@ -150,9 +154,6 @@ def window_size(mode: str, config: Any) -> int:
 def speculative_fields(mode: str, config: Any, device: str | None) -> dict[str, Any]:
     """SGLang's fields for a mode: our registered algorithm, one fixed-width window, no overlap; on CPU our
     attention backend."""
-    if mode == "diffusion_self" and config.draft_adapter:
-        raise ConfigError("draft_adapter is not supported on SGLang yet (a LoRA switched on only in draft forwards); "
-                          f"remove it, got {config.draft_adapter!r}")
     fields = {"speculative_algorithm": ALGORITHMS[mode], "speculative_num_draft_tokens": window_size(mode, config),
               "speculative_num_steps": 1, "speculative_eagle_topk": 1, "disable_overlap_schedule": True}
     if mode == "huginn":

@@ -1,6 +1,7 @@
 """What each mode drafts on SGLang, from `common/`: diffusion self-speculation's extra bidirectional forward,
 Jacobi's own predictions from the last verify. The worker verifies and commits; drafters only propose."""
 
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import torch
@@ -9,6 +10,7 @@ from common.decoder import Limits
 from common.diffusion_self import draft_width, propose
 from common.draft_layout import draft_rows
 from common.jacobi import JacobiDecoder
+from common.lora import LoRA
 from common.sampling import choose
 from sglang_plugin.verify import Drafts, RequestState
 
@@ -19,11 +21,21 @@ def allowed(req: Any) -> int:
 
 
 class DiffusionSelfDrafter:
-    """`[seed, mask x k]` forwarded bidirectionally over the prefix (KV overwritten by the verify), drafts from
-    the rows `common.draft_layout.draft_rows` names (greedy ones from one batched argmax without the mask)."""
+    """`[seed, mask x k]` forwarded bidirectionally over the prefix (KV overwritten by the verify), with the draft
+    adapter (`draft_adapter`, NLD's LoRA) on for that forward only; drafts from the rows
+    `common.draft_layout.draft_rows` names (greedy ones from one batched argmax without the mask)."""
 
     def __init__(self, config: Any, worker: Any) -> None:
         self.config, self.worker = config, worker
+        self.lora: LoRA | None = None
+
+    def adapter(self) -> AbstractContextManager:
+        """The draft adapter switched on (loaded onto the served model's modules once), or nothing."""
+        if not self.config.draft_adapter:
+            return nullcontext()
+        if self.lora is None:
+            self.lora = LoRA(self.worker.model_runner.model, self.config.draft_adapter)
+        return self.lora.enabled()
 
     def draft(self, batch: Any, reqs: list, states: list[RequestState], seeds: list[int]) -> list[Drafts]:
         width = self.worker.width
@@ -35,7 +47,8 @@ class DiffusionSelfDrafter:
         visible = torch.ones(width, width, dtype=torch.bool).tril().repeat(len(reqs), 1, 1)
         for row, w in enumerate(widths):
             visible[row, : w + 1, : w + 1] = True
-        logits = self.worker.run_window(batch, tokens, visible)
+        with self.adapter():
+            logits = self.worker.run_window(batch, tokens, visible)
         best = logits.index_fill(-1, torch.tensor([self.config.mask_token_id], device=logits.device),
                                  float("-inf")).argmax(-1).cpu()
         drafts = []

@@ -18,19 +18,23 @@ from common.window import Attention
 from tests import ties
 
 
-@pytest.fixture(scope="module")
-def adapter_dir(qwen3, tmp_path_factory):
-    model, _ = qwen3
-    path = tmp_path_factory.mktemp("lora")
+def write_adapter(model, path, prefix: str = "base_model.model.model") -> None:
+    """A random PEFT LoRA (r 4) on every layer's `o_proj` of a transformers model, saved in `path`."""
     gen = torch.Generator().manual_seed(0)
     weights = {}
     for i, layer in enumerate(model.model.layers):
         proj = layer.self_attn.o_proj
-        prefix = f"base_model.model.model.layers.{i}.self_attn.o_proj"
-        weights[f"{prefix}.lora_A.weight"] = torch.randn(4, proj.in_features, generator=gen) * 0.5
-        weights[f"{prefix}.lora_B.weight"] = torch.randn(proj.out_features, 4, generator=gen) * 0.5
+        name = f"{prefix}.layers.{i}.self_attn.o_proj"
+        weights[f"{name}.lora_A.weight"] = torch.randn(4, proj.in_features, generator=gen) * 0.5
+        weights[f"{name}.lora_B.weight"] = torch.randn(proj.out_features, 4, generator=gen) * 0.5
     save_file(weights, path / "adapter_model.safetensors")
     (path / "adapter_config.json").write_text(json.dumps({"r": 4, "lora_alpha": 8, "target_modules": ["o_proj"]}))
+
+
+@pytest.fixture(scope="module")
+def adapter_dir(qwen3, tmp_path_factory):
+    path = tmp_path_factory.mktemp("lora")
+    write_adapter(qwen3[0], path)
     return path
 
 
@@ -82,3 +86,10 @@ def test_adapter_only_in_draft_forwards_and_lossless(qwen3, prompts, adapter_dir
 def test_bad_adapter_path_is_refused(qwen3, tmp_path):
     with pytest.raises(ConfigError, match="draft_adapter"):
         LoRA(qwen3[0], tmp_path / "missing")
+
+
+def test_nld_module_names_map_onto_the_stock_model(qwen3, tmp_path):
+    """An adapter saved against NLD's own module names (`encoder.*`, as `linear_spec_lora/` is) targets the stock
+    model's modules."""
+    write_adapter(qwen3[0], tmp_path, prefix="base_model.model.encoder")
+    assert len(LoRA(qwen3[0], tmp_path).deltas) == len(qwen3[0].model.layers)

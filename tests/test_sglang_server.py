@@ -119,15 +119,17 @@ def refusal(args: list[str], model) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--decode-mode", "huginn"], "invalid choice: 'huginn'"),
+    (["--decode-mode", "assd"], "invalid choice: 'assd'"),
     (["--decode-mode", "jacobi", "--decode-config", "{bad"], "config is not valid JSON"),
     (["--decode-mode", "jacobi", "--decode-config", '{"block_size": 0}'], "block_size must be a positive integer"),
     (["--decode-mode", "diffusion_self", "--decode-config", '{"window": 4}'], "unknown field(s) ['window']"),
     (["--decode-mode", "diffusion_self", "--decode-config", '{"draft_adapter": "lora"}'],
-     "draft_adapter is not supported on SGLang"),
+     "draft_adapter must be a PEFT adapter directory"),
     (["--decode-mode", "wedlm", "--page-size", "4"], "page_size must be 1 with decode mode wedlm"),
     (["--decode-config", "{}"], "needs --decode-mode"),
-], ids=["unknown-mode", "malformed", "bad-value", "unknown-field", "draft-adapter", "paged", "config-without-mode"])
+    (["--decode-mode", "huginn"], "decode mode huginn serves RavenForCausalLM checkpoints"),
+], ids=["unknown-mode", "malformed", "bad-value", "unknown-field", "draft-adapter", "paged", "config-without-mode",
+        "huginn-on-qwen3"])
 def test_bad_settings_refused_at_start(engine_dir, args, message):
     proc = refusal(args, engine_dir["qwen3"])
     assert proc.returncode != 0

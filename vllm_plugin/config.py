@@ -15,6 +15,7 @@ from typing import Any
 
 from common.draft_layout import complete_config
 from common.errors import ConfigError
+from common.lora import adapter_path
 from common.methods import parse_config
 
 SUPPORTED_VLLM = ((0, 32), (0, 34))
@@ -85,11 +86,6 @@ def engine_config(settings: dict[str, Any]) -> tuple[str, Any]:
             "recycling must be 'linear' under vLLM when pool_size > 0: its verifier takes one linear draft, not "
             f"candidate branches beside it; got {config.recycling!r}"
         )
-    if method == "diffusion_self" and config.draft_adapter:
-        raise ConfigError(
-            "draft_adapter is not supported under vLLM yet (a LoRA switched on only in draft forwards); "
-            f"remove it, got {config.draft_adapter!r}"
-        )
     k = num_speculative_tokens(method, config)
     if k > MAX_SPEC_LEN:
         raise ConfigError(
@@ -137,6 +133,8 @@ def translate(engine_args: Any, model_config: Any) -> None:
         raise err
     try:
         config = complete_config(config, model_config.hf_config, lambda: load_tokenizer(model_config))
+        if getattr(config, "draft_adapter", None):
+            config = with_adapter(config, model_config.model, engine_args.enforce_eager)
     except ConfigError as err:
         if _cli["named_ours"]:
             raise SystemExit(f"error: {err}") from None
@@ -158,6 +156,16 @@ def translate(engine_args: Any, model_config: Any) -> None:
         "model": target.proposer,
         "num_speculative_tokens": num_speculative_tokens(method, config),
     }
+
+
+def with_adapter(config: Any, model: str, enforce_eager: bool) -> Any:
+    """The config naming its draft adapter by absolute path (checked to be a PEFT directory; relative paths are the
+    checkpoint's own, as NLD's `linear_spec_lora/`). The adapter is a forward hook on the draft pass, which a
+    compiled graph would not run: eager mode only."""
+    if not enforce_eager:
+        raise ConfigError("draft_adapter needs enforce_eager under vLLM (the adapter is switched on in the draft pass "
+                          "by a hook that vLLM's compiled graph would skip); pass --enforce-eager")
+    return dataclasses.replace(config, draft_adapter=str(adapter_path(model, config.draft_adapter).resolve()))
 
 
 def checked(parse: Callable[[str], Any]) -> Callable[[str], Any]:

@@ -1,21 +1,34 @@
-"""Diffusion self-speculation on vLLM: the target drafts `[seed, mask x k]` bidirectionally over its paged prefix.
+"""Diffusion self-speculation on vLLM: the target drafts `[seed, mask x k]` bidirectionally over its paged prefix,
+with the draft adapter (`draft_adapter`, NLD's LoRA) switched on for that forward only.
 
 The draft window, its width and the draft choice come from `common.diffusion_self`; vLLM's rejection sampler
 verifies with the proposal probabilities we hand it, so sampling stays exact.
 """
 
+from contextlib import AbstractContextManager, nullcontext
 from itertools import accumulate
 from typing import Any
 
 import torch
 
 from common.diffusion_self import draft_width, draft_window, propose
+from common.lora import LoRA
 from common.sampling import SamplingParams
 from vllm_plugin.paged_forward import PagedWindow, run_windows
 from vllm_plugin.proposer import PluginProposer
 
 
 class DiffusionSelfProposer(PluginProposer):
+    lora: LoRA | None = None
+
+    def adapter(self, runner: Any) -> AbstractContextManager:
+        """The draft adapter switched on (loaded onto the served model's modules once), or nothing."""
+        if not self.config.draft_adapter:
+            return nullcontext()
+        if self.lora is None:
+            self.lora = LoRA(runner.get_model(), self.config.draft_adapter)
+        return self.lora.enabled()
+
     def draft(
         self, runner: Any, scheduler_output: Any, sampled_token_ids: list[list[int]]
     ) -> tuple[list[list[int]], torch.Tensor | None]:
@@ -32,7 +45,8 @@ class DiffusionSelfProposer(PluginProposer):
         drafts: list[list[int]] = [[] for _ in batch.req_ids]
         if not windows:
             return drafts, None
-        logits = run_windows(runner, windows).float()
+        with self.adapter(runner):
+            logits = run_windows(runner, windows).float()
         requests = [self.request(runner, batch.req_ids[w.row]) for w in windows]
         widths = [w.forward.logit_rows.numel() for w in windows]
         if all(sampling.greedy for sampling, _ in requests):
