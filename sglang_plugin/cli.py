@@ -158,6 +158,7 @@ def speculative_fields(mode: str, config: Any, device: str | None) -> dict[str, 
               "speculative_num_steps": 1, "speculative_eagle_topk": 1, "disable_overlap_schedule": True}
     if mode == "huginn":
         fields["disable_radix_cache"] = True  # a prefix's KV depends on the request's latents
+        fields["disable_cuda_graph"] = True  # each forward reads the rows staged for it: no graph may replay one
     if device == "cpu":
         fields["attention_backend"] = CPU_ATTENTION_BACKEND
     return fields

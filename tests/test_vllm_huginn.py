@@ -127,3 +127,11 @@ def test_published_config_instantiates(tmp_path):
         model = VllmRaven(vllm_config=config)
     assert 3.4e9 < sum(p.numel() for p in model.parameters()) < 3.7e9
     assert len(model.attn) == 8 and model.attn[0].head_size == 96  # one KV slot per layer, the core's shared
+
+
+def test_runs_eager(engine_dir):
+    """Every forward reads the rows staged for it, so no graph may replay an old one: the plugin turns them off."""
+    with engine(engine_dir["raven"], {"method": "huginn"}, enforce_eager=False, skip_tokenizer_init=True) as llm:
+        assert llm.llm_engine.vllm_config.model_config.enforce_eager
+        out = llm.generate([TokensPrompt(prompt_token_ids=[1, 2, 3])], SamplingParams(max_tokens=4), use_tqdm=False)
+    assert len(out[0].outputs[0].token_ids) == 4

@@ -147,6 +147,9 @@ def translate(engine_args: Any, model_config: Any) -> None:
                 f"got {engine_args.scheduler_cls!r}"
             )
         engine_args.scheduler_cls = target.scheduler
+    if method == "huginn":
+        # each forward reads the rows staged for it: no graph may replay an old one
+        engine_args.enforce_eager = model_config.enforce_eager = True
     engine_args.additional_config = {
         **(engine_args.additional_config or {}),
         ADDITIONAL_CONFIG_KEY: {"method": method, "config": dataclasses.asdict(config)},
