@@ -92,6 +92,20 @@ class HuginnConfig:
         require(self.headway == 1, "headway", "1 (one new position per step)", self.headway)
 
 
+ENGINE_SAMPLERS = ("ar", "adaptive", "wavefront")
+
+
+def check_engine_config(config: HuginnConfig, engine: str) -> None:
+    """What the engines serve: their samplers (the speculative sampler's drafts run at positions an engine has not
+    scheduled) and one KV slot per core layer."""
+    if config.sampler not in ENGINE_SAMPLERS:
+        raise ConfigError(f"sampler must be one of {list(ENGINE_SAMPLERS)} on {engine}, got {config.sampler!r} (the "
+                          f"speculative sampler's drafts run at positions {engine} has not scheduled)")
+    if config.cache_lookup_strategy != "compress-s4":
+        raise ConfigError(f"cache_lookup_strategy must be 'compress-s4' on {engine} (one KV slot per core layer), "
+                          f"got {config.cache_lookup_strategy!r}")
+
+
 @dataclass
 class RecurrentForward:
     """Rows at positions start.. (after `start` cached positions): tokens, the latents the core starts from,

@@ -13,6 +13,7 @@ from typing import Any
 
 from common.draft_layout import complete_config
 from common.errors import ConfigError
+from common.huginn import check_engine_config
 from common.lora import adapter_path
 from common.methods import parse_config
 from sglang_plugin.checkpoints import select_models
@@ -21,7 +22,6 @@ from sglang_plugin.checkpoints import select_models
 ALGORITHMS = {"diffusion_self": "PD_DIFFUSION_SELF", "jacobi": "PD_JACOBI", "wedlm": "PD_WEDLM",
               "diffusion": "PD_DIFFUSION", "huginn": "PD_HUGINN"}
 HUGINN_ARCHITECTURE = "RavenForCausalLM"
-HUGINN_SAMPLERS = ("ar", "adaptive", "wavefront")
 CPU_ATTENTION_BACKEND = "pd_torch_sdpa"
 
 
@@ -102,12 +102,8 @@ def check_huginn(mode: str, config: Any, model_path: str, trust_remote_code: boo
     if (mode == "huginn") != (HUGINN_ARCHITECTURE in architectures):
         raise ConfigError(f"decode mode huginn serves {HUGINN_ARCHITECTURE} checkpoints, and they are served by mode "
                           f"huginn only; got mode {mode!r} on {architectures}")
-    if mode == "huginn" and config.sampler not in HUGINN_SAMPLERS:
-        raise ConfigError(f"sampler must be one of {list(HUGINN_SAMPLERS)} on SGLang, got {config.sampler!r} (the "
-                          "speculative sampler's drafts run at positions SGLang has not reserved)")
-    if mode == "huginn" and config.cache_lookup_strategy != "compress-s4":
-        raise ConfigError("cache_lookup_strategy must be 'compress-s4' on SGLang (one KV slot per core layer), got "
-                          f"{config.cache_lookup_strategy!r}")
+    if mode == "huginn":
+        check_engine_config(config, "SGLang")
 
 
 def encode(mode: str, config: Any) -> str:

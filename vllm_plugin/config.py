@@ -15,6 +15,7 @@ from typing import Any
 
 from common.draft_layout import complete_config
 from common.errors import ConfigError
+from common.huginn import check_engine_config
 from common.lora import adapter_path
 from common.methods import parse_config
 
@@ -46,7 +47,6 @@ METHODS = {
     "huginn": EngineMethod("vllm_plugin.huginn.HuginnProposer", "vllm_plugin.scheduler.CommitScheduler"),
 }
 HUGINN_ARCHITECTURE = "RavenForCausalLM"
-HUGINN_SAMPLERS = ("ar", "adaptive", "wavefront")
 SIZE_FIELDS = {
     "diffusion_self": "num_speculative_tokens",
     "jacobi": "block_size * num_blocks",
@@ -75,12 +75,8 @@ def engine_config(settings: dict[str, Any]) -> tuple[str, Any]:
     settings = dict(settings)
     method = settings.pop("method")
     config = parse_config(method, settings)
-    if method == "huginn" and config.sampler not in HUGINN_SAMPLERS:
-        raise ConfigError(f"sampler must be one of {list(HUGINN_SAMPLERS)} under vLLM, got {config.sampler!r} (the "
-                          "speculative sampler's drafts run at positions vLLM has not scheduled)")
-    if method == "huginn" and config.cache_lookup_strategy != "compress-s4":
-        raise ConfigError("cache_lookup_strategy must be 'compress-s4' under vLLM (one KV slot per core layer), got "
-                          f"{config.cache_lookup_strategy!r}")
+    if method == "huginn":
+        check_engine_config(config, "vLLM")
     if method == "jacobi" and config.pool_size and config.recycling != "linear":
         raise ConfigError(
             "recycling must be 'linear' under vLLM when pool_size > 0: its verifier takes one linear draft, not "

@@ -12,23 +12,7 @@ from torch import nn
 
 from common.errors import ConfigError
 from common.huginn import StagedRaven
-from common.models.raven import RavenConfig
-
-
-class PagedCache:
-    """The model's `Cache` on vLLM's attention layers (which read the step's metadata from the forward context)."""
-
-    def __init__(self, layers: nn.ModuleList) -> None:
-        self.layers = layers
-
-    def slot(self, layer: int, recurrence: int) -> tuple[int, int]:
-        return (layer, 0)
-
-    def attend(self, slot: tuple[int, int], q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-               positions: torch.Tensor) -> torch.Tensor:
-        n = q.shape[0]
-        flat = [t.reshape(n, -1).contiguous() for t in (q, k, v)]
-        return self.layers[slot[0]](*flat).view(q.shape)
+from common.models.raven import LayerCache, RavenConfig
 
 
 class RavenForCausalLM(StagedRaven):
@@ -46,7 +30,7 @@ class RavenForCausalLM(StagedRaven):
                       cache_config=vllm_config.cache_config, prefix=f"{prefix}.attn.{i}" if prefix else f"attn.{i}")
             for i in range(n_layers)
         )
-        self.paged = PagedCache(self.attn)
+        self.paged = LayerCache(self.attn)
 
     def embed_input_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
         return self.transformer["wte"](input_ids) * self.config.emb_scale

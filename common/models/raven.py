@@ -155,6 +155,23 @@ class KVCache:
         self.length = min(self.length, length)
 
 
+class LayerCache:
+    """The model's `Cache` on an engine's attention layers, one per model layer (the core's shared by all
+    recurrences, as `compress-s4`), called on flat [n, heads * head_dim] rows with `args` after them."""
+
+    def __init__(self, layers: nn.ModuleList, *args: Any) -> None:
+        self.layers, self.args = layers, args
+
+    def slot(self, layer: int, recurrence: int) -> tuple[int, int]:
+        return (layer, 0)
+
+    def attend(self, slot: tuple[int, int], q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+               positions: torch.Tensor) -> torch.Tensor:
+        n = q.shape[0]
+        flat = [t.reshape(n, -1).contiguous() for t in (q, k, v)]
+        return self.layers[slot[0]](*flat, *self.args).view(q.shape)
+
+
 class Attention(nn.Module):
     def __init__(self, config: RavenConfig) -> None:
         super().__init__()

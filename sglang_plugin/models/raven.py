@@ -13,23 +13,7 @@ from torch import nn
 
 from common.errors import ConfigError
 from common.huginn import StagedRaven
-from common.models.raven import RavenConfig
-
-
-class PoolCache:
-    """The model's `Cache` on SGLang's attention layers for one forward batch."""
-
-    def __init__(self, layers: nn.ModuleList, forward_batch: Any) -> None:
-        self.layers, self.forward_batch = layers, forward_batch
-
-    def slot(self, layer: int, recurrence: int) -> tuple[int, int]:
-        return (layer, 0)
-
-    def attend(self, slot: tuple[int, int], q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-               positions: torch.Tensor) -> torch.Tensor:
-        n = q.shape[0]
-        flat = [t.reshape(n, -1).contiguous() for t in (q, k, v)]
-        return self.layers[slot[0]](*flat, self.forward_batch).view(q.shape)
+from common.models.raven import LayerCache, RavenConfig
 
 
 class RavenForCausalLM(StagedRaven):
@@ -47,7 +31,7 @@ class RavenForCausalLM(StagedRaven):
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, forward_batch: Any, *args: Any,
                 **kwargs: Any) -> Any:
-        hidden = self.run_staged(PoolCache(self.attn, forward_batch), input_ids, positions)
+        hidden = self.run_staged(LayerCache(self.attn, forward_batch), input_ids, positions)
         return self.logits_processor(input_ids, hidden, self.lm_head, forward_batch)
 
 
