@@ -10,9 +10,12 @@ p_j = p(x_j | decoded, earlier drafts); drafts are accepted with min(1, p/q) and
 resampled from normalize(max(p - q, 0)). The output follows the model's joint in order sigma exactly (Theorem 2),
 the first draft always passes (p = q there, Lemma 1), so model calls never exceed the tokens generated (Theorem 1);
 the last token of a sequence is drafted and not verified. `drafter: none` is sequential any-order decoding, one
-pass per token (the baseline).
+pass per token (the baseline). `drafter: ngram` (Appendix E.4, Algorithm 2) drafts from the sequence's own bigram
+counts instead of a model pass, conditioned on the token left of each target (decoded, or drafted earlier in the
+iteration): one model pass per iteration, but no Lemma 1 (the first draft can be rejected), so it accepts less.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -20,7 +23,7 @@ import torch
 from common.errors import require
 from common.sampling import SamplingParams, target_probs, without_token
 
-DRAFTERS = ("self", "none")
+DRAFTERS = ("self", "ngram", "none")
 ORDERS = ("left_to_right", "random")
 
 
@@ -41,9 +44,12 @@ class AssdConfig:
 
 @dataclass
 class AssdResult:
+    """The filled sequence; model calls (NFE); holes filled; n-gram draft calls (the paper's auxiliary NFE)."""
+
     token_ids: list[int]
     nfe: int
     generated: int
+    draft_calls: int = 0
 
     @property
     def tokens_per_call(self) -> float:
@@ -71,9 +77,10 @@ def conditionals(model: torch.nn.Module, ids: list[int], ranks: torch.Tensor, ta
 
 
 def infill(model: torch.nn.Module, tokens: list[int], mask_token_id: int, config: AssdConfig,
-           sampling: SamplingParams | None = None) -> AssdResult:
+           sampling: SamplingParams | None = None, on_step: Callable[[list[int]], None] | None = None) -> AssdResult:
     """Fill every `mask_token_id` in `tokens`; the model is an XLNet-style LM taking `perm_mask` and
-    `target_mapping`."""
+    `target_mapping`. `on_step` sees the sequence after each iteration (holes still `mask_token_id`), for
+    streaming."""
     sampling = sampling or SamplingParams()
     generator = sampling.generator()
     ids = list(tokens)
@@ -81,7 +88,7 @@ def infill(model: torch.nn.Module, tokens: list[int], mask_token_id: int, config
     decoded = sum(t != mask_token_id for t in ids)
     ranks = torch.full((len(ids),), float(len(ids)))  # undecoded: after everything
     ranks[torch.tensor(sigma[:decoded], dtype=torch.long)] = torch.arange(decoded, dtype=torch.float)
-    nfe = 0
+    nfe = draft_calls = 0
 
     def probs(logits: torch.Tensor) -> torch.Tensor:
         return target_probs(without_token(logits, mask_token_id), sampling)
@@ -92,12 +99,17 @@ def infill(model: torch.nn.Module, tokens: list[int], mask_token_id: int, config
     while decoded < len(ids):
         width = 1 if config.drafter == "none" else min(config.k, len(ids) - decoded)
         targets = sigma[decoded : decoded + width]
-        q = probs(conditionals(model, ids, ranks, targets))
-        nfe += 1
-        drafts = [draw(row) for row in q]
-        if width == 1:
-            accepted, tail = drafts, []
+        if width == 1:  # nothing to speculate: one pass, one token
+            accepted, tail = [draw(probs(conditionals(model, ids, ranks, targets))[0])], []
+            nfe += 1
         else:
+            if config.drafter == "ngram":
+                drafts, q = bigram_drafts(ids, targets, mask_token_id, model.config.vocab_size, draw)
+                draft_calls += 1
+            else:
+                q = probs(conditionals(model, ids, ranks, targets))
+                nfe += 1
+                drafts = [draw(row) for row in q]
             for j, position in enumerate(targets):
                 ids[position], ranks[position] = drafts[j], decoded + j
             p = probs(conditionals(model, ids, ranks, targets))
@@ -108,7 +120,35 @@ def infill(model: torch.nn.Module, tokens: list[int], mask_token_id: int, config
         for position in targets[len(accepted) + len(tail) :]:
             ids[position], ranks[position] = mask_token_id, float(len(ids))
         decoded += len(accepted) + len(tail)
-    return AssdResult(ids, nfe, len(sigma) - sum(t != mask_token_id for t in tokens))
+        if on_step is not None:
+            on_step(list(ids))
+    return AssdResult(ids, nfe, len(sigma) - sum(t != mask_token_id for t in tokens), draft_calls)
+
+
+def bigram_drafts(ids: list[int], targets: list[int], mask_token_id: int, vocab_size: int,
+                  draw: Callable[[torch.Tensor], int]) -> tuple[list[int], torch.Tensor]:
+    """Algorithm 2: the drafts and their distributions [len(targets), vocab] from the decoded tokens' bigram counts
+    (Eq. 23, normalised over the bigrams seen), c(. | the token left of the target), that token decoded or drafted
+    earlier in this iteration; the decoded tokens' unigram counts where no bigram starts there or the left neighbour
+    is still undecoded (random order), uniform where nothing is decoded."""
+    seq = torch.tensor(ids)
+    known = seq != mask_token_id
+    pair = known[:-1] & known[1:]
+    counts = torch.zeros(vocab_size, vocab_size)
+    counts.index_put_((seq[:-1][pair], seq[1:][pair]), torch.ones(int(pair.sum())), accumulate=True)
+    unigram = torch.bincount(seq[known], minlength=vocab_size).float()
+    if unigram.sum() == 0:
+        unigram = torch.ones(vocab_size)
+        unigram[mask_token_id] = 0
+    drafted: dict[int, int] = {}
+    rows = []
+    for position in targets:
+        left = position - 1
+        cond = ids[left] if left >= 0 and ids[left] != mask_token_id else drafted.get(left)
+        row = counts[cond] if cond is not None and counts[cond].sum() > 0 else unigram
+        rows.append(row / row.sum())
+        drafted[position] = draw(rows[-1])
+    return [drafted[position] for position in targets], torch.stack(rows)
 
 
 def accept(drafts: list[int], p: torch.Tensor, q: torch.Tensor, sampling: SamplingParams,

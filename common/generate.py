@@ -1,15 +1,17 @@
 """Offline generation with any method on a transformers checkpoint: the oracle for the engine adapters.
 
     python -m common.generate --model DIR \\
-        --method {ar,jacobi,diffusion_self,diffusion_self_quadratic,diffusion,wedlm,huginn,assd} [--config JSON] \\
+        --method {ar,jacobi,diffusion_self,diffusion_self_quadratic,diffusion,wedlm,wedlm_spec,huginn,assd} [--config JSON] \\
         [--max-tokens N] [--temperature T] [--top-p P] [--seed S] \\
         --prompts-file FILE --json OUT
 
 `huginn` runs a recurrent-depth (`RavenForCausalLM`) checkpoint with `common.huginn`'s samplers (`--config
 '{"sampler": "wavefront"}'`); its records add `core_passes` (sequential core-block passes, the latency cost).
-`assd` fills the holes of each prompt (the tokenizer's mask token in the text, one token per hole) with an
-any-subset AR model (XLNet) by any-subset speculative decoding (`common.assd`, `--config '{"k": 5}'`); its records
-add `nfe` (model calls) and `generated` (holes filled), and `text` is the whole filled prompt.
+`assd` fills the holes of each prompt (the tokenizer's mask token in the text, one token per hole, plus
+`--max-tokens` holes after it to continue it) with an any-subset AR model (XLNet) by any-subset speculative decoding
+(`common.assd`, `--config '{"k": 5, "drafter": "ngram"}'`); its records add `nfe` (model calls), `draft_calls`
+(n-gram drafts) and `generated` (holes filled), and `text` is the whole filled prompt. `python -m
+common.assd_server` serves the same over HTTP.
 """
 
 import argparse
@@ -39,7 +41,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--model", required=True, help="checkpoint directory")
     parser.add_argument("--method", required=True, choices=sorted([*METHODS, "huginn", "assd"]))
     parser.add_argument("--config", default=None, help="method settings as a JSON object")
-    parser.add_argument("--max-tokens", type=int, default=None, help="default 64 (not for assd: the holes set it)")
+    parser.add_argument("--max-tokens", type=int, default=None,
+                        help="default 64; for assd, holes appended to each prompt (default none)")
     parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--top-p", type=float, default=1.0)
     parser.add_argument("--top-k", type=int, default=0)
@@ -100,13 +103,15 @@ def assd_records(args: argparse.Namespace, config: Any, sampling: SamplingParams
         sys.exit("error: mask_token_id is required: the checkpoint's config and tokenizer name none")
     records = []
     for prompt in prompts:
-        ids = tokenizer.encode(prompt)
+        ids = tokenizer.encode(prompt) + [mask_id] * (args.max_tokens or 0)
         if mask_id not in ids:
-            sys.exit(f"error: prompt {prompt!r} has no hole ({tokenizer.convert_ids_to_tokens(mask_id)})")
+            sys.exit(f"error: prompt {prompt!r} has no hole ({tokenizer.convert_ids_to_tokens(mask_id)}) and "
+                     f"--max-tokens appends none")
         start = time.perf_counter()
         result = infill(model, ids, mask_id, config, sampling)
         records.append({"prompt": prompt, "token_ids": result.token_ids, "text": tokenizer.decode(result.token_ids),
-                        "nfe": result.nfe, "generated": result.generated, "forwards": result.nfe,
+                        "nfe": result.nfe, "draft_calls": result.draft_calls, "generated": result.generated,
+                        "forwards": result.nfe,
                         "tokens_per_forward": result.tokens_per_call, "p_cache": None,
                         "seconds": time.perf_counter() - start, "margins": []})
     return records
@@ -117,8 +122,7 @@ def model_free(args: argparse.Namespace) -> None:
     from common.assd import AssdConfig
     from common.huginn import HuginnConfig
 
-    refused = [flag for flag, given in (("--no-cache", args.no_cache), ("--trust-remote-code", args.trust_remote_code),
-                                        ("--max-tokens", args.method == "assd" and args.max_tokens is not None))
+    refused = [flag for flag, given in (("--no-cache", args.no_cache), ("--trust-remote-code", args.trust_remote_code))
                if given]
     try:
         if refused:

@@ -15,6 +15,7 @@ from common.jacobi import JacobiConfig, JacobiDecoder
 from common.quadratic_self_spec import QuadraticSelfSpecConfig, QuadraticSelfSpecDecoder
 from common.sampling import SamplingParams
 from common.wedlm import WeDLMConfig, WeDLMDecoder
+from common.wedlm_spec import WeDLMSpecConfig, WeDLMSpecDecoder
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,6 +30,7 @@ METHODS: dict[str, tuple[type, type[Decoder]]] = {
     "diffusion_self_quadratic": (QuadraticSelfSpecConfig, QuadraticSelfSpecDecoder),
     "diffusion": (DiffusionConfig, DiffusionDecoder),
     "wedlm": (WeDLMConfig, WeDLMDecoder),
+    "wedlm_spec": (WeDLMSpecConfig, WeDLMSpecDecoder),
 }
 
 

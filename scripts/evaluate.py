@@ -32,6 +32,7 @@ PRESETS = [
     ("nld", "diffusion_self_quadratic", "tiny-nld-quadratic.json"),
     ("nld", "diffusion", "tiny-nld-diffusion.json"),
     ("wedlm", "wedlm", "tiny-wedlm.json"),
+    ("wedlm", "wedlm_spec", "tiny-wedlm-spec.json"),
     ("jacobi_forcing", "jacobi", "tiny-jacobi-forcing.json"),
     ("ar", "jacobi", "tiny-jacobi-forcing.json"),
 ]

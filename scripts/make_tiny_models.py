@@ -146,9 +146,10 @@ def build_raven(vocab_size: int, seed: int = 0, hidden_size: int = 64, mean_recu
     return model.eval()
 
 
-def build_xlnet(vocab_size: int, mask_token_id: int, seed: int = 0, d_model: int = 64) -> XLNetLMHeadModel:
-    """A random XLNet LM (two-stream attention), the any-subset AR model ASSD runs on, wide init."""
-    config = XLNetConfig(vocab_size=vocab_size, d_model=d_model, n_layer=2, n_head=4, d_inner=2 * d_model,
+def build_xlnet(vocab_size: int, mask_token_id: int, seed: int = 0, d_model: int = 64, n_layer: int = 2,
+                init_std: float = INIT_STD) -> XLNetLMHeadModel:
+    """A random XLNet LM (two-stream attention), the any-subset AR model ASSD runs on, wide init by default."""
+    config = XLNetConfig(vocab_size=vocab_size, d_model=d_model, n_layer=n_layer, n_head=4, d_inner=2 * d_model,
                          pad_token_id=mask_token_id)
     config.mask_token_id = mask_token_id
     torch.manual_seed(seed)
@@ -156,7 +157,7 @@ def build_xlnet(vocab_size: int, mask_token_id: int, seed: int = 0, d_model: int
     with torch.no_grad():
         for param in model.parameters():
             if param.dim() >= 2:
-                param.normal_(0.0, INIT_STD)
+                param.normal_(0.0, init_std)
     return model.eval()
 
 

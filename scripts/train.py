@@ -12,12 +12,16 @@ Objectives (seed papers in `../shared/seeds/`), each a Qwen3-shaped model with a
 - `jacobi_forcing`: progressive consistency distillation (seed 002, 3.1): the teacher's (`--init`, an `ar` model)
   Jacobi trajectories of a block after a corpus prefix; the student learns to map a trajectory state to the
   teacher's fixed point, at a noise level that grows along the block, with the AR loss on the fixed point.
+- `asarm`: an any-subset AR model for ASSD (seed 004), an XLNet from scratch trained with permutation masks on
+  the orders ASSD decodes in: given tokens (a prefix or a random subset) first, left to right, then the rest left
+  to right or in a random order; each position predicted from the positions before it in that order.
 - `raven`: a Huginn-style recurrent-depth model (`common.models.raven`, seed 000) from scratch, next-token loss
   with randomized unrolling: each step draws the recurrence count from a Poisson-lognormal around
   `mean_recurrence` and backpropagates through the last `mean_backprop_depth` recurrences only, so the latents
   learn to converge and the adaptive and wavefront samplers have something to exploit.
 
     python -m scripts.train --objective ar OUTDIR
+    python -m scripts.train --objective asarm OUTDIR
     python -m scripts.train --objective nld --init AR_DIR OUTDIR [--steps N] [--seed S]
 """
 
@@ -36,11 +40,13 @@ from transformers import DynamicCache, PreTrainedTokenizerFast, Qwen3ForCausalLM
 from common.lora import delta_hook
 from common.models.raven import RavenForCausalLM
 from scripts import corpus
-from scripts.make_tiny_models import as_wedlm, build_model, build_raven, train_tokenizer
+from scripts.make_tiny_models import as_wedlm, build_model, build_raven, build_xlnet, train_tokenizer
 
-OBJECTIVES = ("ar", "nld", "wedlm", "jacobi_forcing", "raven")
+OBJECTIVES = ("ar", "nld", "wedlm", "jacobi_forcing", "raven", "asarm")
+FROM_SCRATCH = ("ar", "raven", "asarm")
 # Steps per objective: the base from scratch, the others fine-tuned from it; each under 20 minutes on 2 CPU cores.
-DEFAULT_STEPS = {"ar": 1500, "nld": 600, "wedlm": 600, "jacobi_forcing": 600, "raven": 500}
+DEFAULT_STEPS = {"ar": 1500, "nld": 600, "wedlm": 600, "jacobi_forcing": 600, "raven": 500, "asarm": 900}
+ASARM_SEQ_LEN = 128
 RAVEN_RECURRENCE, RAVEN_BACKPROP = 16, 4
 NEG = torch.finfo(torch.float32).min
 
@@ -206,6 +212,33 @@ def raven_loss(model: RavenForCausalLM, x: torch.Tensor, gen: torch.Generator) -
     return (F.cross_entropy(logits.flatten(0, 1), x[:, 1:].flatten()),)
 
 
+def asarm_orders(batch: int, length: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """([batch, length] rank of each position, [batch, length] given) for decoding orders ASSD uses: the given
+    positions (a prefix in half the rows, a random subset of random density in the others) first, left to right,
+    then the rest left to right in half the rows and in a random order in the others."""
+    pos = torch.arange(length).expand(batch, length)
+    prefix = torch.rand(batch, 1, generator=gen) < 0.5
+    cut = (torch.rand(batch, 1, generator=gen) * length).long()
+    scattered = torch.rand(batch, length, generator=gen) < torch.rand(batch, 1, generator=gen)
+    given = torch.where(prefix, pos < cut, scattered)
+    shuffled = torch.rand(batch, 1, generator=gen) < 0.5
+    hole_key = torch.where(shuffled, torch.rand(batch, length, generator=gen) * length, pos.float())
+    key = torch.where(given, pos.float(), length + hole_key)
+    return key.argsort(-1).argsort(-1), given
+
+
+def asarm_loss(model: torch.nn.Module, x: torch.Tensor, gen: torch.Generator) -> tuple[torch.Tensor]:
+    """XLNet's permutation LM on ASSD's orders: every position not given predicts its token from the positions
+    ranked before it (the query stream never sees its own content); the given ones carry no loss."""
+    x = x[:, :ASARM_SEQ_LEN]
+    batch, length = x.shape
+    ranks, given = asarm_orders(batch, length, gen)
+    perm = (ranks[:, None, :] >= ranks[:, :, None]).float()  # i may see j only when j comes before i
+    mapping = torch.eye(length).expand(batch, length, length)
+    labels = x.masked_fill(given, -100)
+    return (model(x, perm_mask=perm, target_mapping=mapping, labels=labels, use_mems=False).loss,)
+
+
 def base_model(tokenizer: PreTrainedTokenizerFast, recipe: Recipe, init: Path | None) -> torch.nn.Module:
     if init is not None:
         return Qwen3ForCausalLM.from_pretrained(init, dtype=torch.float32)
@@ -252,7 +285,7 @@ def train(objective: str, recipe: Recipe, init: Path | None = None, device: str 
 def _train(objective: str, recipe: Recipe, init: Path | None, device: str) -> tuple[torch.nn.Module, dict | None]:
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
-    if objective not in ("ar", "raven") and init is None:
+    if objective not in FROM_SCRATCH and init is None:
         raise ValueError(f"--init (an `ar` checkpoint) is required for {objective}")
     torch.manual_seed(recipe.seed)
     gen = torch.Generator(device).manual_seed(recipe.seed)
@@ -262,12 +295,18 @@ def _train(objective: str, recipe: Recipe, init: Path | None, device: str) -> tu
     if objective == "raven":
         model = build_raven(len(tokenizer), seed=recipe.seed, hidden_size=recipe.hidden_size,
                             mean_recurrence=RAVEN_RECURRENCE).to(device).train()
+    elif objective == "asarm":
+        model = build_xlnet(len(tokenizer), tokenizer.mask_token_id, seed=recipe.seed, d_model=recipe.hidden_size,
+                            n_layer=recipe.num_layers, init_std=0.02).to(device).train()
     else:
         model = base_model(tokenizer, recipe, init).to(device).train()
     mask_id = tokenizer.mask_token_id
     if objective == "raven":
         def loss_fn():
             return raven_loss(model, next(stream), gen)
+    elif objective == "asarm":
+        def loss_fn():
+            return asarm_loss(model, next(stream), gen)
     elif objective == "ar":
         def loss_fn():
             x = next(stream)
@@ -320,7 +359,7 @@ def save(model: torch.nn.Module, adapter: dict | None, path: Path, objective: st
     is dressed as WeDLM checkpoints ship (`scripts.make_tiny_models.as_wedlm`)."""
     path = Path(path)
     tokenizer = train_tokenizer()
-    if objective == "raven":
+    if objective in ("raven", "asarm"):
         model.to("cpu", torch.bfloat16).save_pretrained(path)
         tokenizer.save_pretrained(path)
         (path / "recipe.json").write_text(json.dumps({"objective": objective, **asdict(recipe)}, indent=1) + "\n")
@@ -355,7 +394,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=Recipe.seed)
     parser.add_argument("--device", default="cpu", help="results are deterministic per device and thread count")
     args = parser.parse_args()
-    if args.objective not in ("ar", "raven") and args.init is None:
+    if args.objective not in FROM_SCRATCH and args.init is None:
         parser.error(f"--init (an `ar` checkpoint, e.g. from `python -m scripts.trained_models DIR`) is required "
                      f"for --objective {args.objective}")
     torch.set_num_threads(min(torch.get_num_threads(), 2))

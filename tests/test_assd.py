@@ -7,7 +7,7 @@ import itertools
 import pytest
 import torch
 
-from common.assd import AssdConfig, conditionals, decoding_order, infill
+from common.assd import AssdConfig, bigram_drafts, conditionals, decoding_order, infill
 from common.errors import ConfigError
 from common.sampling import SamplingParams, target_probs, without_token
 from scripts.make_tiny_models import build_xlnet
@@ -43,6 +43,7 @@ def sequential_joint(model, tokens: list[int], sampling: SamplingParams) -> dict
 
 
 def sampled_p_value(model, joint: dict, config: AssdConfig) -> float:
+    """The chi-square p-value of SAMPLES seeded infills of HOLES against `joint`."""
     counts: dict[tuple[int, ...], int] = {}
     holes = [i for i, t in enumerate(HOLES) if t == MASK]
     for seed in range(SAMPLES):
@@ -70,17 +71,34 @@ def test_sampling_follows_the_sequential_joint(xlnet, monkeypatch):
     assert sampled_p_value(xlnet, joint, AssdConfig(k=3)) < P_VALUE_FLOOR
 
 
+def test_ngram_drafts_follow_the_sequential_joint(xlnet):
+    torch.set_num_threads(1)
+    joint = sequential_joint(xlnet, HOLES, SamplingParams(temperature=TEMPERATURE))
+    assert sampled_p_value(xlnet, joint, AssdConfig(k=3, drafter="ngram")) > P_VALUE_FLOOR
+
+
+def test_bigram_drafts_chain_through_earlier_drafts():
+    tokens = [1, 2, 1, MASK, MASK, 4, MASK]
+    drafts, q = bigram_drafts(tokens, [3, 4, 6], MASK, 8, lambda row: int(row.argmax()))
+    assert drafts == [2, 1, 1]  # 1 -> 2 (counts), then 2 -> 1 from the draft; 4 has no bigram: unigram (1 twice)
+    assert torch.allclose(q.sum(-1), torch.ones(3)) and q[:, MASK].eq(0).all()
+
+
+@pytest.mark.parametrize("drafter", ["self", "ngram"])
 @pytest.mark.parametrize("order", ["left_to_right", "random"])
 @pytest.mark.parametrize("k", [3, 5, 8])
-def test_greedy_equals_sequential_greedy(xlnet, order, k):
+def test_greedy_equals_sequential_greedy(xlnet, order, k, drafter):
     tokens = [1, MASK, 2, *[MASK] * 12, 3, MASK, MASK]
     for seed in range(3):
         sampling = SamplingParams(seed=seed)
-        got = infill(xlnet, tokens, MASK, AssdConfig(k=k, order=order), sampling)
+        got = infill(xlnet, tokens, MASK, AssdConfig(k=k, order=order, drafter=drafter), sampling)
         want = infill(xlnet, tokens, MASK, AssdConfig(k=k, order=order, drafter="none"), sampling)
         assert got.token_ids == want.token_ids
         assert want.nfe == want.generated == 15
-        assert got.nfe < got.generated  # drafts accepted: fewer calls than tokens
+        if drafter == "self":
+            assert got.nfe < got.generated  # drafts accepted: fewer calls than tokens
+        else:  # one call per iteration, each commits at least one token; the n-gram calls counted apart
+            assert got.nfe <= got.generated and got.draft_calls >= 1
 
 
 @pytest.mark.parametrize("k", [0, 1, 2])

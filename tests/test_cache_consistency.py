@@ -25,6 +25,7 @@ METHODS = [
     ("wedlm", {"window": 8, "entropy_threshold": 0.4, "distance_penalty": 0.02}),
     ("wedlm", {"window": 4, "entropy_threshold": 3.0, "distance_penalty": 0.1}),
     ("wedlm", {"window": 6, "entropy_threshold": None}),
+    ("wedlm_spec", {"window": 6}),
 ]
 SAMPLING = [SamplingParams(), SamplingParams(temperature=0.7, top_p=0.9, seed=11)]
 IDS = [f"{m}-{s}" for m, s in METHODS]

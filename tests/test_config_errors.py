@@ -21,6 +21,7 @@ BAD = [
     ("wedlm", {"window": -3}, "window"),
     ("wedlm", {"entropy_threshold": -0.1}, "entropy_threshold"),
     ("wedlm", {"distance_penalty": -1}, "distance_penalty"),
+    ("wedlm_spec", {"window": 1}, "window"),
     ("diffusion", {"block_size": 1}, "block_size"),
     ("diffusion", {"confidence_threshold": 1.5}, "confidence_threshold"),
     ("diffusion", {"confidence_threshold": 0}, "confidence_threshold"),
@@ -114,8 +115,9 @@ def test_cli_refuses_model_without_mask_token(tiny_dir, tmp_path):
 
 @pytest.mark.parametrize("preset", sorted(Path(__file__).parent.parent.glob("configs/*.json")), ids=lambda p: p.name)
 def test_presets_parse(preset):
-    method = {"wedlm": "wedlm", "nld-diffusion": "diffusion", "nld-self-spec": "diffusion_self",
-              "jacobi-forcing": "jacobi", "nld-quadratic": "diffusion_self_quadratic"}[
+    method = {"wedlm": "wedlm", "wedlm-spec": "wedlm_spec", "nld-diffusion": "diffusion",
+              "nld-self-spec": "diffusion_self", "jacobi-forcing": "jacobi",
+              "nld-quadratic": "diffusion_self_quadratic"}[
         preset.stem.removeprefix("tiny-").removesuffix("-conservative").removesuffix("-aggressive")]
     settings = json.loads(preset.read_text())
     config = parse_config(method, str(preset))

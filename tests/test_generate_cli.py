@@ -85,7 +85,13 @@ def test_assd_infilling_through_cli(tiny_dir, tmp_path):
     assert [r["generated"] for r in got["none"]] == [12, 3]
     assert all(r["nfe"] <= r["generated"] for r in got["self"]) and got["self"][0]["nfe"] < 12
     assert all("<|mask|>" not in r["text"] for r in got["self"])
+    subprocess.run([sys.executable, "-m", "common.generate", "--model", str(tiny_dir / "xlnet"), "--method", "assd",
+                    "--max-tokens", "8", "--prompts-file", str(prompts_file), "--json", str(tmp_path / "more.json")],
+                   check=True, capture_output=True)
+    more = json.loads((tmp_path / "more.json").read_text())
+    assert [r["generated"] for r in more] == [20, 11]  # 8 more holes after each prompt: a continuation
+    prompts_file.write_text("def plain(text):\n")
     done = subprocess.run([sys.executable, "-m", "common.generate", "--model", str(tiny_dir / "xlnet"), "--method",
-                           "assd", "--max-tokens", "8", "--prompts-file", str(prompts_file), "--json",
-                           str(tmp_path / "bad.json")], capture_output=True, text=True)
-    assert done.returncode == 1 and "--max-tokens does not apply to --method assd" in done.stderr
+                           "assd", "--prompts-file", str(prompts_file), "--json", str(tmp_path / "bad.json")],
+                          capture_output=True, text=True)
+    assert done.returncode == 1 and "has no hole" in done.stderr

@@ -1,4 +1,5 @@
-"""Greedy Jacobi (plain and multi-block with recycling) and diffusion self-speculation equal greedy AR exactly."""
+"""Greedy Jacobi (plain and multi-block with recycling), diffusion self-speculation (linear and quadratic) and
+WeDLM-drafted speculation equal greedy AR exactly."""
 
 import pytest
 
@@ -29,6 +30,8 @@ LOSSLESS = [
     ("diffusion_self_quadratic", {"block_size": 5, "dlm_type": "dream"}),
     ("diffusion_self_quadratic", {"block_size": 16}),
     ("jacobi", {"block_size": 4, "num_blocks": 2, "spawn_ratio": 0.5, "pool_size": 4, "recycling": "linear"}),
+    ("wedlm_spec", {"window": 2}),
+    ("wedlm_spec", {"window": 16}),
 ]
 
 

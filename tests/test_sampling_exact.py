@@ -12,6 +12,7 @@ import torch
 
 import common.diffusion_self
 import common.jacobi
+import common.wedlm_spec
 from common.acceptance import verify
 from common.decoder import Limits
 from common.methods import make_decoder, parse_config
@@ -29,6 +30,8 @@ CASES = [
     ("diffusion_self", {"num_speculative_tokens": 2}),
     ("diffusion_self_quadratic", {"block_size": 3}),
 ]
+# WeDLM-drafted speculation drafts only after its first decode step: a 4-token continuation verifies drafts.
+SPEC_CASE, SPEC_LENGTH = ("wedlm_spec", {"window": 3}), 4
 PARAMS = [SamplingParams(temperature=1.0), SamplingParams(temperature=0.8, top_p=0.8)]
 
 
@@ -38,12 +41,13 @@ def small_model():
 
 
 @torch.inference_mode()
-def exact_joint(model, params: SamplingParams) -> dict[tuple[int, ...], float]:
-    """P(continuation) for every 3-token continuation, multiplying the processed per-step distributions."""
+def exact_joint(model, params: SamplingParams, length: int = LENGTH) -> dict[tuple[int, ...], float]:
+    """P(continuation) for every continuation of `length` tokens, multiplying the processed per-step
+    distributions."""
     joint = {}
-    for continuation in itertools.product(range(VOCAB), repeat=LENGTH):
+    for continuation in itertools.product(range(VOCAB), repeat=length):
         prob = 1.0
-        for step in range(LENGTH):
+        for step in range(length):
             ids = torch.tensor([PROMPT + list(continuation[:step])])
             logits = model(input_ids=ids).logits[0, -1:]
             prob *= float(target_probs(logits, params)[0, continuation[step]])
@@ -53,13 +57,14 @@ def exact_joint(model, params: SamplingParams) -> dict[tuple[int, ...], float]:
     return joint
 
 
-def empirical(model, method: str, settings: dict, params: SamplingParams) -> dict[tuple[int, ...], int]:
+def empirical(model, method: str, settings: dict, params: SamplingParams, length: int = LENGTH
+              ) -> dict[tuple[int, ...], int]:
     config = parse_config(method, settings, mask_token_id=MASK)
     runner = ReferenceRunner(model)
     counts: dict[tuple[int, ...], int] = {}
     for seed in range(SAMPLES):
         request = SamplingParams(params.temperature, params.top_p, params.top_k, seed=seed)
-        decoder = make_decoder(method, config, PROMPT, request, Limits(LENGTH))
+        decoder = make_decoder(method, config, PROMPT, request, Limits(length))
         key = tuple(runner.run(decoder).token_ids)
         counts[key] = counts.get(key, 0) + 1
     return counts
@@ -99,6 +104,16 @@ def resample_from_target(drafts, target_logits, params, generator, draft_probs=N
 def test_distribution_matches_ar(small_model, method, settings, params):
     p_value = chi_square_p_value(empirical(small_model, method, settings, params), exact_joint(small_model, params))
     assert p_value > P_VALUE_FLOOR
+
+
+@pytest.mark.parametrize("wrong_rule", [False, True], ids=["exact", "wrong-rule-detected"])
+def test_wedlm_spec_distribution_matches_ar(small_model, monkeypatch, wrong_rule):
+    if wrong_rule:
+        monkeypatch.setattr(common.wedlm_spec, "verify", resample_from_target)
+    params = PARAMS[0]
+    p_value = chi_square_p_value(empirical(small_model, *SPEC_CASE, params, SPEC_LENGTH),
+                                 exact_joint(small_model, params, SPEC_LENGTH))
+    assert (p_value < P_VALUE_FLOOR) == wrong_rule
 
 
 # Cases whose verification goes through the patched `verify` (plain and linear-recycling Jacobi, self-speculation).

@@ -25,6 +25,19 @@ class Recorder(torch.nn.Module):
         return Output(torch.zeros(*input_ids.shape, 100, requires_grad=True))
 
 
+@dataclass
+class Loss:
+    loss: torch.Tensor
+
+
+class XLNetRecorder(torch.nn.Module):
+    """Stands in for an XLNet: keeps the permutation mask and labels."""
+
+    def forward(self, input_ids, perm_mask, target_mapping, labels, use_mems):
+        self.perm_mask, self.labels = perm_mask, labels
+        return Loss(torch.zeros((), requires_grad=True))
+
+
 def run(loss_fn):
     x = (torch.arange(RECIPE.batch_size * RECIPE.seq_len).reshape(RECIPE.batch_size, -1) * 7) % 90
     model = Recorder()
@@ -107,3 +120,33 @@ def test_raven_training_is_deterministic_given_a_seed():
     second, _ = train.train("raven", recipe)
     for (name, a), (_, b) in zip(first.state_dict().items(), second.state_dict().items(), strict=True):
         assert torch.equal(a, b), name
+
+
+def test_asarm_orders_rank_given_positions_first_left_to_right():
+    ranks, given = train.asarm_orders(64, 24, torch.Generator().manual_seed(0))
+    shuffled = 0
+    for row, kept in zip(ranks, given, strict=True):
+        assert sorted(row.tolist()) == list(range(24))
+        count = int(kept.sum())
+        assert torch.equal(row[kept], torch.arange(count))  # given ones first, left to right
+        holes = row[~kept]
+        shuffled += bool(holes.diff().lt(0).any())  # holes after them, in order or shuffled
+        assert holes.min() >= count if len(holes) else True
+    assert 10 < shuffled < 54
+
+
+def test_asarm_training_is_deterministic_and_learns_from_the_holes_only():
+    recipe = train.Recipe(steps=2, batch_size=2, seq_len=32, hidden_size=32, num_layers=1)
+    first, _ = train.train("asarm", recipe)
+    second, _ = train.train("asarm", recipe)
+    for (name, a), (_, b) in zip(first.state_dict().items(), second.state_dict().items(), strict=True):
+        assert torch.equal(a, b), name
+    model = XLNetRecorder()
+    x = torch.arange(40).reshape(2, 20)
+    train.asarm_loss(model, x, torch.Generator().manual_seed(3))
+    visible = model.perm_mask == 0
+    for b in range(2):
+        given = model.labels[b] == -100
+        assert torch.equal(model.labels[b][~given], x[b][~given])
+        assert not visible[b].diagonal().any()  # the query stream never sees its own token
+        assert not visible[b][given][:, ~given].any()  # given positions see no hole

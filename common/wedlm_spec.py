@@ -1,0 +1,82 @@
+"""WeDLM-drafted lossless speculation: a WeDLM checkpoint's causal mask decoding drafts, its AR rows verify.
+
+One causal forward per step over `[seed, d_1 .. d_m, mask x window]` at consecutive positions (seed: the
+last committed token, not cached yet). The seed and draft rows are the model's AR distributions and verify the
+drafts (exact match plus bonus when greedy, speculative rejection sampling with the drafts' proposal otherwise), so
+the output is the model's own AR distribution. The mask rows, each predicting its own slot as WeDLM trains them,
+draw the next step's drafts: the slots after the bonus, used when every draft was accepted (the masks saw the
+drafts); after a rejection the next step drafts afresh, still committing its seed row's token.
+"""
+
+from dataclasses import dataclass
+
+import torch
+
+from common import margins
+from common.acceptance import verify
+from common.decoder import Decoder, Limits
+from common.diffusion_self import draft_width, propose
+from common.errors import require, require_mask_token
+from common.sampling import SamplingParams, without_token
+from common.window import Forward, Outcome, causal_forward
+
+
+@dataclass(frozen=True)
+class WeDLMSpecConfig:
+    """`window`: mask slots forwarded after the drafts, the bonus's and the next drafts' (so up to window - 1
+    drafts are verified per step)."""
+
+    window: int = 16
+    mask_token_id: int | None = None
+
+    def __post_init__(self) -> None:
+        require(isinstance(self.window, int) and self.window >= 2, "window",
+                "an integer >= 2 (the bonus slot, then at least one draft)", self.window)
+        require(self.mask_token_id is None or self.mask_token_id >= 0, "mask_token_id", "a token id >= 0",
+                self.mask_token_id)
+
+
+def spec_window(seed: int, drafts: list[int], start: int, masks: int, mask_token_id: int) -> Forward:
+    """`[seed, drafts, mask x masks]` causal from `start`; every row's logits."""
+    tokens = [seed, *drafts] + [mask_token_id] * masks
+    return causal_forward(tokens, start, list(range(len(tokens))))
+
+
+class WeDLMSpecDecoder(Decoder):
+    """Each forward commits the accepted drafts plus one token and, when all were accepted, drafts the next."""
+
+    def __init__(self, prompt: list[int], sampling: SamplingParams, limits: Limits, config: WeDLMSpecConfig):
+        require_mask_token(config.mask_token_id)
+        super().__init__(prompt, sampling, limits)
+        self.config = config
+        self.drafts = torch.zeros(0, dtype=torch.long)
+        self.draft_probs: torch.Tensor | None = None
+
+    @property
+    def masks(self) -> int:
+        """Mask slots after the drafts: the bonus's slot and the next drafts', none past what can still be
+        committed or past the context."""
+        m = self.drafts.numel()
+        useful = 1 + draft_width(self.config.window - 1, self.remaining - m - 1)
+        return max(min(self.config.window, useful, self.room - m), 0)
+
+    def plan(self) -> Forward:
+        return spec_window(self.last_token, self.drafts.tolist(), self.num_tokens - 1, self.masks,
+                           self.config.mask_token_id)
+
+    def update(self, logits: torch.Tensor) -> Outcome:
+        m = self.drafts.numel()
+        chain, slots = logits[: m + 1], logits[m + 2 :]  # slots: the masks after the bonus's own slot
+        if self.sampling.greedy:
+            self.note_margin(margins.top2(chain))
+        committed = verify(self.drafts, chain, self.sampling, self.generator, self.draft_probs)
+        self.acceptance.record(m, len(committed) - 1)
+        self.drafts, self.draft_probs = torch.zeros(0, dtype=torch.long), None
+        width = min(draft_width(self.config.window - 1, self.remaining - len(committed)), slots.shape[0],
+                    self.room - len(committed) - 1)
+        if len(committed) == m + 1 and width > 0:
+            if self.sampling.greedy:
+                self.note_margin(margins.top2(without_token(slots[:width], self.config.mask_token_id)))
+            self.drafts, self.draft_probs = propose(slots[:width], self.config.mask_token_id, self.sampling,
+                                                    self.generator)
+        return Outcome(committed, kv_keep=len(committed))
