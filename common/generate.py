@@ -1,8 +1,8 @@
 """Offline generation with any method on a transformers checkpoint: the oracle for the engine adapters.
 
     python -m common.generate --model DIR \\
-        --method {ar,jacobi,diffusion_self,diffusion_self_quadratic,diffusion,wedlm,wedlm_spec,huginn,assd} [--config JSON] \\
-        [--max-tokens N] [--temperature T] [--top-p P] [--seed S] \\
+        --method {ar,jacobi,diffusion_self,diffusion_self_quadratic,diffusion,wedlm,wedlm_spec,huginn,assd} \\
+        [--config JSON] [--max-tokens N] [--temperature T] [--top-p P] [--seed S] \\
         --prompts-file FILE --json OUT
 
 `huginn` runs a recurrent-depth (`RavenForCausalLM`) checkpoint with `common.huginn`'s samplers (`--config
