@@ -36,12 +36,6 @@ class WeDLMSpecConfig:
                 self.mask_token_id)
 
 
-def spec_window(seed: int, drafts: list[int], start: int, masks: int, mask_token_id: int) -> Forward:
-    """`[seed, drafts, mask x masks]` causal from `start`; every row's logits."""
-    tokens = [seed, *drafts] + [mask_token_id] * masks
-    return causal_forward(tokens, start, list(range(len(tokens))))
-
-
 class WeDLMSpecDecoder(Decoder):
     """Each forward commits the accepted drafts plus one token and, when all were accepted, drafts the next."""
 
@@ -61,16 +55,24 @@ class WeDLMSpecDecoder(Decoder):
         return max(min(self.config.window, useful, self.room - m), 0)
 
     def plan(self) -> Forward:
-        return spec_window(self.last_token, self.drafts.tolist(), self.num_tokens - 1, self.masks,
-                           self.config.mask_token_id)
+        tokens = [self.last_token, *self.window_tokens]
+        return causal_forward(tokens, self.num_tokens - 1, list(range(len(tokens))))
 
     def update(self, logits: torch.Tensor) -> Outcome:
         m = self.drafts.numel()
-        chain, slots = logits[: m + 1], logits[m + 2 :]  # slots: the masks after the bonus's own slot
+        chain = logits[: m + 1]
         if self.sampling.greedy:
             self.note_margin(margins.top2(chain))
         committed = verify(self.drafts, chain, self.sampling, self.generator, self.draft_probs)
-        self.acceptance.record(m, len(committed) - 1)
+        self.next_drafts(committed, logits[m + 2 :])
+        return Outcome(committed, kv_keep=len(committed))
+
+    def next_drafts(self, committed: list[int], slots: torch.Tensor) -> None:
+        """After a verification that commits `committed` (not yet appended): the next drafts from `slots`, the
+        mask rows past the bonus's own slot, when every draft was accepted; none otherwise (also when an engine's
+        verifier went on past the bonus, having drawn the mask token itself there)."""
+        m = self.drafts.numel()
+        self.acceptance.record(m, min(len(committed) - 1, m))
         self.drafts, self.draft_probs = torch.zeros(0, dtype=torch.long), None
         width = min(draft_width(self.config.window - 1, self.remaining - len(committed)), slots.shape[0],
                     self.room - len(committed) - 1)
@@ -79,4 +81,14 @@ class WeDLMSpecDecoder(Decoder):
                 self.note_margin(margins.top2(without_token(slots[:width], self.config.mask_token_id)))
             self.drafts, self.draft_probs = propose(slots[:width], self.config.mask_token_id, self.sampling,
                                                     self.generator)
-        return Outcome(committed, kv_keep=len(committed))
+
+    def follow(self, committed: list[int], slots: torch.Tensor) -> None:
+        """Keep up with an engine whose verifier committed `committed` on this decoder's window (the engine holds
+        the KV): the next drafts as `update` makes them, then the tokens appended."""
+        self.next_drafts(committed, slots)
+        self.commit(committed)
+
+    @property
+    def window_tokens(self) -> list[int]:
+        """What follows the seed in the next forward: the drafts, then the mask slots."""
+        return self.drafts.tolist() + [self.config.mask_token_id] * self.masks

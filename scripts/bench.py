@@ -42,6 +42,7 @@ METHODS = [
     ("jacobi_recycling", "jacobi_forcing", {"method": "jacobi", **preset("tiny-jacobi-forcing.json")}),
     ("wedlm", "wedlm", {"method": "wedlm", **preset("tiny-wedlm.json")}),
     ("diffusion", "nld", {"method": "diffusion", **preset("tiny-nld-diffusion.json")}),
+    ("wedlm_spec", "wedlm", {"method": "wedlm_spec", **preset("tiny-wedlm-spec.json")}),
 ]
 # Methods one engine lacks: SGLang has no ngram here, vLLM's verifier takes no recycled branches.
 ONE_ENGINE = {"ngram": "vllm", "jacobi_recycling": "sglang"}
@@ -59,6 +60,8 @@ def width(spec: dict) -> int:
         return spec.get("block_size", 16) * spec.get("num_blocks", 1)
     if spec["method"] == "wedlm":
         return spec.get("window", 16)
+    if spec["method"] == "wedlm_spec":
+        return spec.get("window", 16) - 1
     return spec.get("block_size", 32) - 1
 
 

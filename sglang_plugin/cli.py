@@ -20,7 +20,7 @@ from sglang_plugin.checkpoints import select_models
 
 # Modes served on SGLang, each as a registered speculative algorithm.
 ALGORITHMS = {"diffusion_self": "PD_DIFFUSION_SELF", "jacobi": "PD_JACOBI", "wedlm": "PD_WEDLM",
-              "diffusion": "PD_DIFFUSION", "huginn": "PD_HUGINN"}
+              "diffusion": "PD_DIFFUSION", "huginn": "PD_HUGINN", "wedlm_spec": "PD_WEDLM_SPEC"}
 HUGINN_ARCHITECTURE = "RavenForCausalLM"
 CPU_ATTENTION_BACKEND = "pd_torch_sdpa"
 
@@ -133,7 +133,8 @@ def window_size(mode: str, config: Any) -> int:
     and a full window) after up to W rows recomputed once a prefill ends, and the batch's widest forward is laid
     from every request's start, up to one past SGLang's cached tokens: 3W + 1 must fit in twice the width.
     Recycling Jacobi forwards K blocks of n drafts and V branches of n, after up to n + 1 tokens a winning branch
-    left uncached, and a retracted request may recompute n + 1 more."""
+    left uncached, and a retracted request may recompute n + 1 more. WeDLM-drafted speculation verifies the seed,
+    up to W - 1 drafts and W mask slots."""
     if mode == "jacobi" and config.pool_size:
         return (config.num_blocks + config.verification_size + 2) * config.block_size // 2 + 1
     if mode == "jacobi":
@@ -144,6 +145,8 @@ def window_size(mode: str, config: Any) -> int:
         return config.block_size
     if mode == "huginn":
         return (config.max_wavefront + 1) // 2 if config.sampler == "wavefront" else 1
+    if mode == "wedlm_spec":
+        return 2 * config.window
     return config.num_speculative_tokens + 1
 
 

@@ -1,5 +1,6 @@
 """What each mode drafts on SGLang, from `common/`: diffusion self-speculation's extra bidirectional forward,
-Jacobi's own predictions from the last verify. The worker verifies and commits; drafters only propose."""
+Jacobi's own predictions from the last verify, WeDLM-drafted speculation's mask slots riding the verify. The
+worker verifies and commits; drafters only propose."""
 
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
@@ -12,6 +13,7 @@ from common.draft_layout import draft_rows
 from common.jacobi import JacobiDecoder
 from common.lora import LoRA
 from common.sampling import choose
+from common.wedlm_spec import WeDLMSpecDecoder
 from sglang_plugin.verify import Drafts, RequestState
 
 
@@ -104,5 +106,47 @@ class JacobiDrafter:
             state.mode_state["decoder"].follow(followed.tolist(), run)
 
 
+class WeDLMSpecDrafter:
+    """A `common.wedlm_spec.WeDLMSpecDecoder` per request: its drafts and mask slots are verified as one chain (a
+    mask slot's proposal is a point mass on the mask token, so the slot after the last accepted draft yields the
+    bonus), then it follows the committed run and takes its next drafts from the mask rows past the bonus."""
+
+    def __init__(self, config: Any, worker: Any) -> None:
+        self.config, self.worker = config, worker
+
+    def draft(self, batch: Any, reqs: list, states: list[RequestState], seeds: list[int]) -> list[Drafts]:
+        drafts = []
+        for req, state in zip(reqs, states, strict=True):
+            decoder = state.mode_state.get("decoder")
+            if decoder is None or decoder.num_tokens != len(req.origin_input_ids) + len(req.output_ids):
+                decoder = state.mode_state["decoder"] = self.start(req, state)
+            tokens = decoder.window_tokens if not decoder.finished else []
+            probs = None  # none drafted yet: every slot a point mass, as `common.acceptance.verify` reads None
+            if tokens and decoder.draft_probs is not None:
+                m = decoder.drafts.numel()
+                probs = torch.zeros(len(tokens), decoder.draft_probs.shape[-1])
+                probs[:m] = decoder.draft_probs
+                probs[m:, self.config.mask_token_id] = 1.0
+            drafts.append(Drafts(tokens, probs))
+        return drafts
+
+    def start(self, req: Any, state: RequestState) -> WeDLMSpecDecoder:
+        """A decoder whose prompt is every token but the seed, which it has just committed (no drafts yet); it
+        draws with the request's generator, in `common/`'s order."""
+        tokens = list(req.origin_input_ids) + list(req.output_ids)
+        decoder = WeDLMSpecDecoder(tokens[:-1], state.sampling, Limits(max_tokens=allowed(req) + 1), self.config)
+        decoder.generator = state.generator
+        decoder.commit(tokens[-1:])
+        return decoder
+
+    def after_verify(self, reqs: list, states: list, logits: torch.Tensor, predicted: torch.Tensor, drafts: list,
+                     committed: list) -> None:
+        for row, (state, d, run) in enumerate(zip(states, drafts, committed, strict=True)):
+            decoder = state.mode_state["decoder"]
+            slots = logits[row, decoder.drafts.numel() + 2 : len(d.tokens) + 1]
+            decoder.follow(run, slots.float().cpu())
+
+
 def make_drafter(mode: str, config: Any, worker: Any) -> Any:
-    return {"diffusion_self": DiffusionSelfDrafter, "jacobi": JacobiDrafter}[mode](config, worker)
+    return {"diffusion_self": DiffusionSelfDrafter, "jacobi": JacobiDrafter,
+            "wedlm_spec": WeDLMSpecDrafter}[mode](config, worker)

@@ -29,10 +29,10 @@ MODES = [("jacobi", '{"block_size": 3}'), ("diffusion_self", '{"num_speculative_
          ("jacobi", '{"block_size": 2, "pool_size": 4, "verification_size": 2}')]
 
 
-def sample(client, params) -> tuple[int, ...]:
+def sample(client, params, length: int = LENGTH) -> tuple[int, ...]:
     url = str(client.base_url).removesuffix("/").removesuffix("/v1") + "/generate"
     body = {"input_ids": PROMPT, "sampling_params": {"temperature": params.temperature, "top_p": params.top_p,
-                                                      "max_new_tokens": LENGTH, "ignore_eos": True}}
+                                                      "max_new_tokens": length, "ignore_eos": True}}
     request = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=300) as response:
         return tuple(json.load(response)["output_ids"])

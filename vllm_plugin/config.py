@@ -45,6 +45,7 @@ METHODS = {
         "vllm_plugin.diffusion.DiffusionProposer", "vllm_plugin.scheduler.LookaheadScheduler"
     ),
     "huginn": EngineMethod("vllm_plugin.huginn.HuginnProposer", "vllm_plugin.scheduler.CommitScheduler"),
+    "wedlm_spec": EngineMethod("vllm_plugin.wedlm_spec.WeDLMSpecProposer"),
 }
 HUGINN_ARCHITECTURE = "RavenForCausalLM"
 SIZE_FIELDS = {
@@ -53,6 +54,7 @@ SIZE_FIELDS = {
     "wedlm": "window (2 x window)",
     "diffusion": "block_size",
     "huginn": "max_wavefront",
+    "wedlm_spec": "window (2 x window - 1)",
 }
 
 
@@ -66,6 +68,8 @@ def num_speculative_tokens(method: str, config: Any) -> int:
         return config.block_size - 1
     if method == "huginn":
         return max(config.max_wavefront - 1, 1) if config.sampler == "wavefront" else 1
+    if method == "wedlm_spec":
+        return 2 * config.window - 1  # up to window - 1 drafts, then window mask slots
     return config.num_speculative_tokens
 
 
