@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from common.errors import require
+from common.errors import ConfigError, require
 from common.sampling import SamplingParams, target_probs, without_token
 
 DRAFTERS = ("self", "ngram", "none")
@@ -63,6 +63,16 @@ def decoding_order(tokens: list[int], mask_token_id: int, order: str, generator:
     if order == "random":
         holes = [holes[i] for i in torch.randperm(len(holes), generator=generator).tolist()]
     return given + holes
+
+
+def with_holes(ids: list[int], holes: list[int], mask_token_id: int) -> list[int]:
+    """`ids` with the token positions `holes` (explicit positions, negative from the end) made holes."""
+    ids = list(ids)
+    for position in holes:
+        if not isinstance(position, int) or not -len(ids) <= position < len(ids):
+            raise ConfigError(f"holes must be token positions in [{-len(ids)}, {len(ids)}), got {position!r}")
+        ids[position] = mask_token_id
+    return ids
 
 
 def conditionals(model: torch.nn.Module, ids: list[int], ranks: torch.Tensor, targets: list[int]) -> torch.Tensor:

@@ -22,14 +22,14 @@ from typing import Any
 
 import torch
 
-from common.assd import AssdConfig, AssdResult, infill
+from common.assd import AssdConfig, AssdResult, infill, with_holes
 from common.errors import ConfigError
 from common.methods import build_config
 from common.sampling import SamplingParams
 
 APPLIED = {"model", "prompt", "max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "stream", "suffix",
            "user"}
-INFILL_APPLIED = APPLIED - {"max_tokens", "stop", "suffix", "stream"}
+INFILL_APPLIED = APPLIED - {"max_tokens", "stop", "suffix", "stream"} | {"holes"}
 # OpenAI options this server leaves at their defaults: any other value is refused by name.
 DEFAULTS = {"n": 1, "best_of": 1, "logprobs": None, "echo": False, "presence_penalty": 0, "frequency_penalty": 0,
             "logit_bias": None}
@@ -116,13 +116,17 @@ class AssdService:
         return Request(ids, len(head), len(head) + max_tokens, self.sampling(body), stop)
 
     def infilling(self, body: dict[str, Any]) -> Request:
-        """A text whose mask tokens are holes, one token each."""
+        """A text whose mask tokens are holes, one token each, and the token positions `holes` names."""
         prompt = body.get("prompt")
         if not isinstance(prompt, str):
             raise ConfigError("prompt must be a string holding the holes as mask tokens")
-        ids = self.tokenizer.encode(prompt)
+        holes = body.get("holes") or []
+        if not isinstance(holes, list):
+            raise ConfigError(f"holes must be a list of token positions, got {holes!r}")
+        ids = with_holes(self.tokenizer.encode(prompt), holes, self.mask_id)
         if self.mask_id not in ids:
-            raise ConfigError(f"prompt has no hole: write {self.tokenizer.mask_token!r} where a token goes")
+            raise ConfigError(f"prompt has no hole: write {self.tokenizer.mask_token!r} where a token goes, or name "
+                              f"token positions in holes")
         self.check_length(ids)
         return Request(ids, 0, len(ids), self.sampling(body))
 

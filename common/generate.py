@@ -7,11 +7,11 @@
 
 `huginn` runs a recurrent-depth (`RavenForCausalLM`) checkpoint with `common.huginn`'s samplers (`--config
 '{"sampler": "wavefront"}'`); its records add `core_passes` (sequential core-block passes, the latency cost).
-`assd` fills the holes of each prompt (the tokenizer's mask token in the text, one token per hole, plus
-`--max-tokens` holes after it to continue it) with an any-subset AR model (XLNet) by any-subset speculative decoding
-(`common.assd`, `--config '{"k": 5, "drafter": "ngram"}'`); its records add `nfe` (model calls), `draft_calls`
-(n-gram drafts) and `generated` (holes filled), and `text` is the whole filled prompt. `python -m
-common.assd_server` serves the same over HTTP.
+`assd` fills the holes of each prompt (the tokenizer's mask token in the text, one token per hole; or a line
+`{"prompt": TEXT, "holes": [token positions]}`; plus `--max-tokens` holes after it to continue it) with an
+any-subset AR model (XLNet) by any-subset speculative decoding (`common.assd`, `--config '{"k": 5, "drafter":
+"ngram"}'`); its records add `nfe` (model calls), `draft_calls` (n-gram drafts) and `generated` (holes filled), and
+`text` is the whole filled prompt. `python -m common.assd_server` serves the same over HTTP.
 """
 
 import argparse
@@ -94,7 +94,7 @@ def assd_records(args: argparse.Namespace, config: Any, sampling: SamplingParams
     """Per-prompt records of ASSD infilling with an XLNet-style checkpoint."""
     from transformers import PreTrainedTokenizerFast, XLNetLMHeadModel
 
-    from common.assd import infill
+    from common.assd import infill, with_holes
 
     model = XLNetLMHeadModel.from_pretrained(args.model, dtype=torch.float32).to(args.device).eval()
     tokenizer = PreTrainedTokenizerFast.from_pretrained(args.model)
@@ -103,7 +103,17 @@ def assd_records(args: argparse.Namespace, config: Any, sampling: SamplingParams
         sys.exit("error: mask_token_id is required: the checkpoint's config and tokenizer name none")
     records = []
     for prompt in prompts:
-        ids = tokenizer.encode(prompt) + [mask_id] * (args.max_tokens or 0)
+        if prompt.lstrip().startswith("{"):
+            try:
+                spec = json.loads(prompt)
+                prompt, holes = spec["prompt"], spec.get("holes", [])
+                ids = with_holes(tokenizer.encode(prompt), holes, mask_id)
+            except (json.JSONDecodeError, KeyError, TypeError, ConfigError) as err:
+                sys.exit(f"error: prompt line {prompt!r}: {err} (expected {{\"prompt\": TEXT, \"holes\": "
+                         f"[token positions]}})")
+        else:
+            ids = tokenizer.encode(prompt)
+        ids += [mask_id] * (args.max_tokens or 0)
         if mask_id not in ids:
             sys.exit(f"error: prompt {prompt!r} has no hole ({tokenizer.convert_ids_to_tokens(mask_id)}) and "
                      f"--max-tokens appends none")

@@ -7,7 +7,7 @@ import itertools
 import pytest
 import torch
 
-from common.assd import AssdConfig, bigram_drafts, conditionals, decoding_order, infill
+from common.assd import AssdConfig, bigram_drafts, conditionals, decoding_order, infill, with_holes
 from common.errors import ConfigError
 from common.sampling import SamplingParams, target_probs, without_token
 from scripts.make_tiny_models import build_xlnet
@@ -99,6 +99,12 @@ def test_greedy_equals_sequential_greedy(xlnet, order, k, drafter):
             assert got.nfe < got.generated  # drafts accepted: fewer calls than tokens
         else:  # one call per iteration, each commits at least one token; the n-gram calls counted apart
             assert got.nfe <= got.generated and got.draft_calls >= 1
+
+
+def test_explicit_holes():
+    assert with_holes([1, 2, 3, 4], [0, -1], MASK) == [MASK, 2, 3, MASK]
+    with pytest.raises(ConfigError, match="holes must be token positions"):
+        with_holes([1, 2], [2], MASK)
 
 
 @pytest.mark.parametrize("k", [0, 1, 2])

@@ -14,7 +14,7 @@ import pytest
 import torch
 from transformers import PreTrainedTokenizerFast, XLNetLMHeadModel
 
-from common.assd import AssdConfig, infill
+from common.assd import AssdConfig, infill, with_holes
 from common.sampling import SamplingParams
 from scripts.server_process import free_port, running_server
 
@@ -98,6 +98,12 @@ def test_infill_route_fills_the_holes(client, xlnet):
     assert response["text"] == tokenizer.decode(want.token_ids)
     assert len(response["fills"]) == response["usage"]["completion_tokens"] == 4
     assert response["usage"]["nfe"] == want.nfe
+    text = "def fetch(self, key):\n    return self.cache[key]\n"
+    response = httpx.post(str(client.base_url.join("/v1/infill")),
+                          json={"prompt": text, "holes": [1, 2, -3], "temperature": 0}, timeout=60).json()
+    want = infill(model, with_holes(tokenizer.encode(text), [1, 2, -3], tokenizer.mask_token_id),
+                  tokenizer.mask_token_id, CONFIG, SamplingParams())
+    assert response["text"] == tokenizer.decode(want.token_ids) and len(response["fills"]) == 3
 
 
 @pytest.mark.parametrize("extra,name", [
@@ -119,7 +125,7 @@ def test_bad_input_refused(client, xlnet):
         client.completions.create(model="m", prompt=PROMPTS[0], max_tokens=0)
     url = str(client.base_url.join("/v1/infill"))
     for body, name in (({"prompt": "no holes"}, "hole"), ({"prompt": f"a{tokenizer.mask_token}", "max_tokens": 3},
-                                                           "max_tokens")):
+                                                           "max_tokens"), ({"prompt": "ab", "holes": [99]}, "holes")):
         response = httpx.post(url, json=body, timeout=60)
         assert response.status_code == 400 and name in response.json()["error"]["message"]
 

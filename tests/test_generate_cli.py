@@ -90,6 +90,12 @@ def test_assd_infilling_through_cli(tiny_dir, tmp_path):
                    check=True, capture_output=True)
     more = json.loads((tmp_path / "more.json").read_text())
     assert [r["generated"] for r in more] == [20, 11]  # 8 more holes after each prompt: a continuation
+    prompts_file.write_text('{"prompt": "def wrap(text, width):", "holes": [1, 2, -1]}\n')
+    subprocess.run([sys.executable, "-m", "common.generate", "--model", str(tiny_dir / "xlnet"), "--method", "assd",
+                    "--prompts-file", str(prompts_file), "--json", str(tmp_path / "explicit.json")], check=True,
+                   capture_output=True)
+    explicit = json.loads((tmp_path / "explicit.json").read_text())
+    assert explicit[0]["generated"] == 3 and explicit[0]["prompt"] == "def wrap(text, width):"
     prompts_file.write_text("def plain(text):\n")
     done = subprocess.run([sys.executable, "-m", "common.generate", "--model", str(tiny_dir / "xlnet"), "--method",
                            "assd", "--prompts-file", str(prompts_file), "--json", str(tmp_path / "bad.json")],
