@@ -165,7 +165,6 @@ class Handler(BaseHTTPRequestHandler):
     """OpenAI routes over one `AssdService` (set on the server)."""
 
     protocol_version = "HTTP/1.0"
-    service: AssdService
 
     def log_message(self, format: str, *args: Any) -> None:
         return
@@ -218,11 +217,11 @@ class Handler(BaseHTTPRequestHandler):
         if self.path == "/v1/infill":
             self.infill_reply(service, requests[0])
         elif body.get("stream"):
-            self.stream_reply(service, requests, body)
+            self.stream_reply(service, requests)
         else:
-            self.completion_reply(service, requests, body)
+            self.completion_reply(service, requests)
 
-    def completion_reply(self, service: AssdService, requests: list[Request], body: dict[str, Any]) -> None:
+    def completion_reply(self, service: AssdService, requests: list[Request]) -> None:
         choices, usage = [], {"prompt_tokens": 0, "completion_tokens": 0, "nfe": 0, "draft_calls": 0}
         for index, request in enumerate(requests):
             result = service.run(request)
@@ -236,7 +235,7 @@ class Handler(BaseHTTPRequestHandler):
         self.reply(200, {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
                          "model": service.model_name, "choices": choices, "usage": usage})
 
-    def stream_reply(self, service: AssdService, requests: list[Request], body: dict[str, Any]) -> None:
+    def stream_reply(self, service: AssdService, requests: list[Request]) -> None:
         """Server-sent events: each iteration's newly settled text; a client that goes away ends the fill."""
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
