@@ -19,17 +19,21 @@ from common.sampling import SamplingParams, target_probs, without_token
 from common.window import Attention, Forward, Outcome, causal_forward
 
 DRAFT_ADAPTER = "draft"
+MODES = ("linear", "quadratic")
 
 
 @dataclass(frozen=True)
 class DiffusionSelfConfig:
-    """`num_speculative_tokens` masks drafted per step; `draft_adapter` names a LoRA used only when drafting;
-    `dlm_type` says which logit row drafts a slot (see `common.draft_layout`; unset: the checkpoint's)."""
+    """`num_speculative_tokens` drafts verified per step; `draft_adapter` names a LoRA used only when drafting;
+    `dlm_type` says which logit row drafts a slot (see `common.draft_layout`; unset: the checkpoint's). `mode`
+    `linear` drafts in a forward of its own; `quadratic` drafts inside the verify forward
+    (`common.quadratic_self_spec`, with `num_speculative_tokens` + 1 mask slots per group)."""
 
     num_speculative_tokens: int = 31
     mask_token_id: int | None = None
     draft_adapter: str | None = None
     dlm_type: str | None = None
+    mode: str = "linear"
 
     def __post_init__(self) -> None:
         k = self.num_speculative_tokens
@@ -38,6 +42,10 @@ class DiffusionSelfConfig:
                 self.mask_token_id)
         require(self.dlm_type is None or self.dlm_type in DLM_TYPES, "dlm_type", f"one of {list(DLM_TYPES)}",
                 self.dlm_type)
+        require(self.mode in MODES, "mode", f"one of {list(MODES)}", self.mode)
+        require(self.mode == "linear" or not self.draft_adapter, "draft_adapter",
+                "unset in mode quadratic (its drafts come from the verify forward, which runs without the adapter)",
+                self.draft_adapter)
 
 
 def draft_distribution(logits: torch.Tensor, mask_token_id: int, params: SamplingParams) -> torch.Tensor:

@@ -87,7 +87,17 @@ def build_config(config_cls: type, name: str, settings: dict[str, Any] | str | N
         raise ConfigError(f"{name} config: {err}") from None
 
 
+def decoding_method(method: str, config: Any) -> tuple[str, Any]:
+    """The method and config whose decoder runs a request: `diffusion_self` in mode `quadratic` is
+    `diffusion_self_quadratic` with `num_speculative_tokens` + 1 mask slots per group."""
+    if method == "diffusion_self" and config.mode == "quadratic":
+        return "diffusion_self_quadratic", QuadraticSelfSpecConfig(
+            block_size=config.num_speculative_tokens + 1, mask_token_id=config.mask_token_id, dlm_type=config.dlm_type)
+    return method, config
+
+
 def make_decoder(method: str, config: Any, prompt: list[int], sampling: SamplingParams, limits: Limits) -> Decoder:
     """A fresh per-request decoder for `method`."""
+    method, config = decoding_method(method, config)
     decoder_cls: Callable[..., Decoder] = METHODS[method][1]
     return decoder_cls(prompt, sampling, limits, config)

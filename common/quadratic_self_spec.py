@@ -6,7 +6,8 @@ token a group `[that token, mask x k]` at its position onward, seeing the chain 
 bidirectionally: the layout of linear self-speculation's draft forward, so the same training serves. Verification
 is linear self-speculation's (exact match plus bonus when greedy, speculative rejection sampling with the drafts'
 proposal otherwise). The group of the last accepted token drafts the next step: its slots after the bonus, so
-m = k - 1 drafts per step, at one forward per step.
+m = k - 1 drafts per step, at one forward per step. The forward is m (k + 2) rows long: where that would run past
+the context (`Limits.context`, an engine's model length), the step drafts less, or forwards the chain alone.
 """
 
 from dataclasses import dataclass
@@ -41,15 +42,16 @@ class QuadraticSelfSpecConfig:
                 self.dlm_type)
 
 
-def quadratic_forward(chain: list[int], start: int, config: QuadraticSelfSpecConfig) -> Forward:
-    """The chain at positions `start ..`, then one group per chain token; logit rows: the chain's, then each
-    group's k slots."""
+def quadratic_forward(chain: list[int], start: int, config: QuadraticSelfSpecConfig, grouped: bool = True
+                      ) -> Forward:
+    """The chain at positions `start ..`, then (if `grouped`) one group per chain token; logit rows: the chain's,
+    then each group's k slots."""
     k, m = config.block_size, len(chain)
-    n = m + m * (k + 1)
+    n = m + m * (k + 1) if grouped else m
     visible = torch.zeros(n, n, dtype=torch.bool)
     visible[:m, :m] = torch.ones(m, m, dtype=torch.bool).tril()
     ids, positions, rows = list(chain), list(range(start, start + m)), list(range(m))
-    for a, token in enumerate(chain):
+    for a, token in enumerate(chain if grouped else []):
         g = m + a * (k + 1)
         visible[g : g + k + 1, :a] = True
         visible[g : g + k + 1, g : g + k + 1] = True
@@ -69,20 +71,30 @@ class QuadraticSelfSpecDecoder(Decoder):
         self.drafts = torch.zeros(0, dtype=torch.long)
         self.draft_probs: torch.Tensor | None = None
 
+    def groups_fit(self, chain_len: int, start: int) -> int:
+        """How many of a chain's tokens can have their group in a forward from `start` (rows past the context
+        cannot be laid)."""
+        context, rows = self.limits.context, self.config.block_size + 2
+        return chain_len if context is None else max(min(chain_len, (context - start) // rows), 0)
+
     def plan(self) -> Forward:
-        return quadratic_forward([self.last_token] + self.drafts.tolist(), self.num_tokens - 1, self.config)
+        chain, start = [self.last_token] + self.drafts.tolist(), self.num_tokens - 1
+        return quadratic_forward(chain, start, self.config, grouped=self.groups_fit(len(chain), start) == len(chain))
 
     def update(self, logits: torch.Tensor) -> Outcome:
         m, k = self.drafts.numel() + 1, self.config.block_size
-        chain, groups = logits[:m], logits[m:].reshape(m, k, -1)
+        chain, groups = logits[:m], logits[m:].reshape(-1, k, logits.shape[-1])
         if self.sampling.greedy:
             self.note_margin(margins.top2(chain))
         committed = verify(self.drafts, chain, self.sampling, self.generator, self.draft_probs)
         self.acceptance.record(self.drafts.numel(), len(committed) - 1)
-        slots = groups[len(committed) - 1, 1:]  # the last accepted token's group, after the bonus
-        width = draft_width(k - 1, self.remaining - len(committed))
         self.drafts, self.draft_probs = torch.zeros(0, dtype=torch.long), None
-        if width:
+        if not groups.numel():
+            return Outcome(committed, kv_keep=len(committed))
+        slots = groups[len(committed) - 1, 1:]  # the last accepted token's group, after the bonus
+        start = self.num_tokens + len(committed) - 1
+        width = min(draft_width(k - 1, self.remaining - len(committed)), self.groups_fit(k, start) - 1)
+        if width > 0:
             if self.sampling.greedy:
                 self.note_margin(margins.top2(without_token(slots[:width], self.config.mask_token_id)))
             self.drafts, self.draft_probs = propose(slots[:width], self.config.mask_token_id, self.sampling,

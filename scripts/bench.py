@@ -38,6 +38,7 @@ def preset(name: str, **overrides) -> dict:
 # (name, checkpoint trained for it, engine config)
 METHODS = [
     ("diffusion_self", "nld", {"method": "diffusion_self", "num_speculative_tokens": 7}),
+    ("diffusion_self_quadratic", "nld", {"method": "diffusion_self", "mode": "quadratic", "num_speculative_tokens": 3}),
     ("jacobi", "jacobi_forcing", {"method": "jacobi", "block_size": 8, "pool_size": 4, "recycling": "linear"}),
     ("jacobi_recycling", "jacobi_forcing", {"method": "jacobi", **preset("tiny-jacobi-forcing.json")}),
     ("wedlm", "wedlm", {"method": "wedlm", **preset("tiny-wedlm.json")}),

@@ -123,8 +123,10 @@ def complete(config: Any, model_path: str, trust_remote_code: bool) -> Any:
 def commits(mode: str, config: Any) -> bool:
     """Whether the mode's `common/` decoder commits (`sglang_plugin.commit`) rather than our worker verifying one
     linear draft (`sglang_plugin.verify`): WeDLM and NLD block diffusion by their own rules, and Jacobi with
-    rejection recycling, whose recycled branches share the main draft's forward and win with KV out of place."""
-    return mode in ("wedlm", "diffusion") or (mode == "jacobi" and config.pool_size > 0)
+    rejection recycling, whose recycled branches share the main draft's forward and win with KV out of place;
+    quadratic self-speculation, whose one forward both verifies and drafts."""
+    return (mode in ("wedlm", "diffusion") or (mode == "jacobi" and config.pool_size > 0)
+            or (mode == "diffusion_self" and config.mode == "quadratic"))
 
 
 def window_size(mode: str, config: Any) -> int:
@@ -134,7 +136,8 @@ def window_size(mode: str, config: Any) -> int:
     from every request's start, up to one past SGLang's cached tokens: 3W + 1 must fit in twice the width.
     Recycling Jacobi forwards K blocks of n drafts and V branches of n, after up to n + 1 tokens a winning branch
     left uncached, and a retracted request may recompute n + 1 more. WeDLM-drafted speculation verifies the seed,
-    up to W - 1 drafts and W mask slots."""
+    up to W - 1 drafts and W mask slots. Quadratic self-speculation forwards a chain of up to k = n + 1 tokens and
+    a group of k + 1 rows per chain token."""
     if mode == "jacobi" and config.pool_size:
         return (config.num_blocks + config.verification_size + 2) * config.block_size // 2 + 1
     if mode == "jacobi":
@@ -147,6 +150,9 @@ def window_size(mode: str, config: Any) -> int:
         return (config.max_wavefront + 1) // 2 if config.sampler == "wavefront" else 1
     if mode == "wedlm_spec":
         return 2 * config.window
+    if config.mode == "quadratic":
+        k = config.num_speculative_tokens + 1
+        return (k * (k + 2) + 1) // 2
     return config.num_speculative_tokens + 1
 
 

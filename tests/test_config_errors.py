@@ -27,6 +27,8 @@ BAD = [
     ("diffusion", {"confidence_threshold": 0}, "confidence_threshold"),
     ("diffusion_self", {"num_speculative_tokens": 0}, "num_speculative_tokens"),
     ("diffusion_self_quadratic", {"block_size": 1}, "block_size"),
+    ("diffusion_self", {"mode": "cubic"}, "mode"),
+    ("diffusion_self", {"mode": "quadratic", "draft_adapter": "linear_spec_lora"}, "draft_adapter"),
     ("jacobi", {"block_size": 0}, "block_size"),
     ("jacobi", {"num_blocks": 0}, "num_blocks"),
     ("jacobi", {"spawn_ratio": 1.2}, "spawn_ratio"),

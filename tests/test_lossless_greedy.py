@@ -29,6 +29,7 @@ LOSSLESS = [
     ("diffusion_self_quadratic", {"block_size": 5}),
     ("diffusion_self_quadratic", {"block_size": 5, "dlm_type": "dream"}),
     ("diffusion_self_quadratic", {"block_size": 16}),
+    ("diffusion_self", {"num_speculative_tokens": 3, "mode": "quadratic"}),
     ("jacobi", {"block_size": 4, "num_blocks": 2, "spawn_ratio": 0.5, "pool_size": 4, "recycling": "linear"}),
     ("wedlm_spec", {"window": 2}),
     ("wedlm_spec", {"window": 16}),
@@ -126,3 +127,28 @@ def test_rejection_recycling_earns_its_forwards(cyclic, recycling):
         assert [r.token_ids for r in runs[pool]] == [r.token_ids for r in ar]
     plain, recycled = tokens_per_forward(runs[0]), tokens_per_forward(runs[4])
     assert recycled >= 1.5 and recycled >= plain + 0.4, (plain, recycled)
+
+
+def test_quadratic_forwards_stay_inside_the_context(references):
+    """Near the end of the context a quadratic step drafts less, then forwards its chain alone: every forward's
+    rows fit, laid after the cached ones, and the tokens are still greedy AR's."""
+    model, cases = references
+    config = parse_config("diffusion_self_quadratic", {"block_size": 5}, mask_token_id=model.config.mask_token_id)
+    got, want, margins, ends = [], [], [], []
+    for ids, ar, ar_margins, _ in cases[:4]:
+        context = len(ids) + MAX_TOKENS + 2
+        decoder = make_decoder("diffusion_self_quadratic", config, ids, SamplingParams(), Limits(MAX_TOKENS,
+                                                                                                 context=context))
+        plan = decoder.next_forward
+
+        def next_forward(decoder=decoder, plan=plan, context=context):
+            forward = plan()
+            ends.append(decoder.cache_len + forward.num_tokens - context)
+            return forward
+
+        decoder.next_forward = next_forward
+        got.append(ReferenceRunner(model).run(decoder).token_ids)
+        want.append(ar)
+        margins.append(ar_margins)
+    ties.compare(got, want, margins)
+    assert max(ends) <= 0 < -min(ends)

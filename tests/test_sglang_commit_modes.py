@@ -1,4 +1,4 @@
-"""SGLang with `--decode-mode wedlm` and `--decode-mode diffusion` returns exactly the tokens of
+"""SGLang with `--decode-mode wedlm`, `diffusion` and `diffusion_self` in mode quadratic returns exactly the tokens of
 `python -m common.generate` with the same method, config and seed, greedy and sampled, for 32 prompts in flight;
 stop tokens and max_tokens end a request inside a window as the reference decoder ends it; the KV the modes commit,
 reused through SGLang's radix cache, continues as a fresh prefill would; the OpenAI endpoints
@@ -34,6 +34,7 @@ SPECS = [
     {"method": "wedlm", "window": 8, "entropy_threshold": 5.0, "distance_penalty": 0.02},
     {"method": "diffusion", "block_size": 4, "confidence_threshold": 0.5},
     {"method": "diffusion", "block_size": 8, "confidence_threshold": 0.1},
+    {"method": "diffusion_self", "mode": "quadratic", "num_speculative_tokens": 3},
 ]
 WIDTH = 8  # the widest window or block above
 

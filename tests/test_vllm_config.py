@@ -7,15 +7,18 @@ import re
 import shutil
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 
 from tests.vllm_engine import engine  # isort: split
 
+import vllm.envs
 from vllm import SamplingParams
 
 from common.errors import ConfigError
-from vllm_plugin.config import check_vllm_version
+from vllm_plugin import config as plugin_config
+from vllm_plugin.config import check_vllm_version, translate, v2_runner_selected
 
 BAD = [
     ({"method": "diffusion_self", "num_speculative_tokens": 0}, "num_speculative_tokens"),
@@ -118,3 +121,58 @@ def test_supported_vllm_versions(version):
 def test_unsupported_vllm_refused(version):
     with pytest.raises(ConfigError, match=rf"supports vLLM >= 0\.32, < 0\.34; found {re.escape(version)}"):
         check_vllm_version(version)
+
+
+def jacobi_args(**fields) -> SimpleNamespace:
+    """Engine args naming method jacobi, as `translate` sees them, with nothing that selects a model runner."""
+    base = {"watermark_config": None, "attention_config": None, "kv_transfer_config": None}
+    return SimpleNamespace(speculative_config={"method": "jacobi"}, **{**base, **fields})
+
+
+@pytest.fixture
+def v2_env(monkeypatch):
+    """Set VLLM_USE_V2_MODEL_RUNNER for one test; vllm.envs reads it afresh (an engine caches the environment)."""
+    vllm.envs.disable_envs_cache()
+
+    def set_value(value: str | None) -> None:
+        if value is None:
+            monkeypatch.delenv("VLLM_USE_V2_MODEL_RUNNER", raising=False)
+        else:
+            monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", value)
+
+    return set_value
+
+
+@pytest.mark.parametrize("value", ["1", "true", "TRUE"])
+def test_v2_model_runner_refused_before_the_checkpoint(v2_env, value):
+    """The refusal comes before anything reads the model (`model_config=None` would fail past it)."""
+    v2_env(value)
+    args = jacobi_args()
+    pattern = r"method jacobi: parallel-decoding hooks vLLM's V1 model runner .*unset VLLM_USE_V2_MODEL_RUNNER"
+    with pytest.raises(ConfigError, match=pattern):
+        translate(args, None)
+    assert args.speculative_config == {"method": "jacobi"}
+
+
+def test_v2_model_runner_refused_at_cli_without_traceback(v2_env, monkeypatch):
+    v2_env("1")
+    monkeypatch.setitem(plugin_config._cli, "named_ours", True)
+    with pytest.raises(SystemExit, match=r"^error: method jacobi: .*unset VLLM_USE_V2_MODEL_RUNNER"):
+        translate(jacobi_args(), None)
+
+
+def test_settings_that_force_v2_refused(v2_env):
+    from vllm.config import KVTransferConfig
+
+    v2_env(None)
+    hisparse_connector = KVTransferConfig(kv_connector="HiSparseConnector", kv_role="kv_both",
+                                          kv_connector_extra_config={"host_pool_gib": 1})
+    assert "drop --watermark-config" in v2_runner_selected(jacobi_args(watermark_config={"type": "gumbel"}))
+    assert "hisparse_config" in v2_runner_selected(jacobi_args(kv_transfer_config=hisparse_connector))
+    assert "hisparse_config" in v2_runner_selected(jacobi_args(attention_config=SimpleNamespace(hisparse_config={})))
+
+
+@pytest.mark.parametrize("value", [None, "0", "false"])
+def test_v1_model_runner_passes(v2_env, value):
+    v2_env(value)
+    assert v2_runner_selected(jacobi_args()) is None

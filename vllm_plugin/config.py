@@ -9,6 +9,7 @@ with the typed config in `additional_config`, which vLLM pickles to every worker
 import argparse
 import dataclasses
 import functools
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +23,7 @@ from common.methods import parse_config
 SUPPORTED_VLLM = ((0, 32), (0, 34))
 MAX_SPEC_LEN = 128
 ADDITIONAL_CONFIG_KEY = "parallel_decoding"
+V2_RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"
 # Set once the command line named one of our methods: a refusal found later (the mask token, which needs the
 # checkpoint) then ends the process with a message as argparse's do; the offline API keeps raising ConfigError.
 _cli = {"named_ours": False}
@@ -47,9 +49,11 @@ METHODS = {
     "huginn": EngineMethod("vllm_plugin.huginn.HuginnProposer", "vllm_plugin.scheduler.CommitScheduler"),
     "wedlm_spec": EngineMethod("vllm_plugin.wedlm_spec.WeDLMSpecProposer"),
 }
+QUADRATIC = EngineMethod("vllm_plugin.quadratic_self_spec.QuadraticSelfSpecProposer",
+                         "vllm_plugin.scheduler.CommitScheduler")
 HUGINN_ARCHITECTURE = "RavenForCausalLM"
 SIZE_FIELDS = {
-    "diffusion_self": "num_speculative_tokens",
+    "diffusion_self": "num_speculative_tokens (n; mode quadratic: (n + 1)(n + 3) - 1)",
     "jacobi": "block_size * num_blocks",
     "wedlm": "window (2 x window)",
     "diffusion": "block_size",
@@ -70,8 +74,15 @@ def num_speculative_tokens(method: str, config: Any) -> int:
         return max(config.max_wavefront - 1, 1) if config.sampler == "wavefront" else 1
     if method == "wedlm_spec":
         return 2 * config.window - 1  # up to window - 1 drafts, then window mask slots
+    if config.mode == "quadratic":
+        k = config.num_speculative_tokens + 1
+        return k * (k + 2) - 1  # a chain of up to k tokens, then a group of k + 1 rows per chain token
     return config.num_speculative_tokens
 
+
+def engine_method(method: str, config: Any) -> EngineMethod:
+    """The proposer (and scheduler) serving `method` with `config`."""
+    return QUADRATIC if method == "diffusion_self" and config.mode == "quadratic" else METHODS[method]
 
 
 def engine_config(settings: dict[str, Any]) -> tuple[str, Any]:
@@ -109,6 +120,31 @@ def check_vllm_version(version: str) -> None:
         )
 
 
+def v2_runner_env() -> bool:
+    """Whether VLLM_USE_V2_MODEL_RUNNER asks for vLLM's V2 model runner ("1" or "true", any case)."""
+    import vllm.envs as envs
+
+    try:
+        return bool(getattr(envs, V2_RUNNER_ENV))  # vLLM's own reading: bool(int(value)), None when unset
+    except (AttributeError, ValueError):  # a vLLM without the variable, or a value its int() refuses ("true")
+        return os.environ.get(V2_RUNNER_ENV, "").strip().lower() in ("1", "true")
+
+
+def v2_runner_selected(engine_args: Any) -> str | None:
+    """What puts vLLM on its V2 model runner despite `custom_class` (which alone keeps V1), and how to undo it."""
+    if v2_runner_env():
+        return f"{V2_RUNNER_ENV}={os.environ.get(V2_RUNNER_ENV)} selects V2: unset {V2_RUNNER_ENV} (or set it to 0)"
+    if getattr(engine_args, "watermark_config", None) is not None:
+        return "--watermark-config selects V2 (watermarking runs on V2 only): drop --watermark-config"
+    kv_transfer = getattr(engine_args, "kv_transfer_config", None)
+    if getattr(getattr(engine_args, "attention_config", None), "hisparse_config", None) is not None or (
+        callable(getattr(kv_transfer, "has_connector", None)) and kv_transfer.has_connector("HiSparseConnector")
+    ):
+        return ("HiSparse selects V2 (it runs on V2 only): drop attention_config.hisparse_config and any "
+                "HiSparseConnector from --kv-transfer-config")
+    return None
+
+
 def load_tokenizer(model_config: Any) -> Any:
     """vLLM's tokenizer for the model, or None where vLLM is told not to load one."""
     if model_config.skip_tokenizer_init:
@@ -124,6 +160,13 @@ def translate(engine_args: Any, model_config: Any) -> None:
 
     check_vllm_version(vllm.__version__)
     method, config = engine_config(engine_args.speculative_config)
+    selected = v2_runner_selected(engine_args)
+    if selected is not None:
+        err = ConfigError(f"method {method}: parallel-decoding hooks vLLM's V1 model runner (GPUModelRunner) and "
+                          f"does not run on Model Runner V2; {selected}")
+        if _cli["named_ours"]:
+            raise SystemExit(f"error: {err}")
+        raise err
     architectures = getattr(model_config.hf_config, "architectures", None) or []
     if (method == "huginn") != (HUGINN_ARCHITECTURE in architectures):
         err = ConfigError(f"method huginn serves {HUGINN_ARCHITECTURE} checkpoints, and they are served by method "
@@ -139,7 +182,7 @@ def translate(engine_args: Any, model_config: Any) -> None:
         if _cli["named_ours"]:
             raise SystemExit(f"error: {err}") from None
         raise
-    target = METHODS[method]
+    target = engine_method(method, config)
     if target.scheduler is not None:
         if engine_args.scheduler_cls not in (None, target.scheduler):
             raise ConfigError(

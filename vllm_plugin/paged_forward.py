@@ -28,27 +28,21 @@ def _slot_mapping(block_table: torch.Tensor, block_size: int, rows: torch.Tensor
     return blocks * block_size + slots % block_size
 
 
-@torch.inference_mode()
-def run_windows(runner: Any, windows: list[PagedWindow]) -> torch.Tensor:
-    """Forward all windows in one batch; the logits of every window's `logit_rows`, concatenated in order."""
-    from vllm.forward_context import set_forward_context
+def paged_metadata(runner: Any, rows: torch.Tensor, cache_lens: torch.Tensor, lengths: torch.Tensor,
+                   positions: torch.Tensor, causal: bool) -> tuple[dict[str, Any], torch.Tensor]:
+    """Attention metadata (per layer name) and KV slots for windows of `lengths` rows in batch `rows`, each right
+    after its request's `cache_lens` cached tokens, at logical `positions` (flat): the metadata vLLM's own
+    backend reads, built by the runner's builders."""
     from vllm.v1.attention.backend import CommonAttentionMetadata
 
-    attentions = {w.forward.attention for w in windows}
-    if len(attentions) != 1 or Attention.CUSTOM in attentions:
-        raise ValueError(f"one batch of windows needs one causal or bidirectional pattern, got {attentions}")
     if len(runner.kv_cache_config.kv_cache_groups) != 1:
         raise ValueError("parallel-decoding drafts support models with one KV cache group")
     device = runner.device
-    lengths = torch.tensor([w.forward.num_tokens for w in windows], dtype=torch.int32)
-    cache_lens = torch.tensor([w.cache_len for w in windows], dtype=torch.int32)
-    rows = torch.tensor([w.row for w in windows], dtype=torch.long)
     seq_lens = cache_lens + lengths
-    query_start_loc = torch.zeros(len(windows) + 1, dtype=torch.int32)
+    query_start_loc = torch.zeros(len(rows) + 1, dtype=torch.int32)
     query_start_loc[1:] = lengths.cumsum(0)
-    num_tokens = int(query_start_loc[-1])
     token_rows = rows.repeat_interleave(lengths.long())
-    physical = torch.cat([torch.arange(w.cache_len, w.cache_len + w.forward.num_tokens) for w in windows])
+    physical = torch.cat([torch.arange(int(c), int(c) + int(n)) for c, n in zip(cache_lens, lengths, strict=True)])
 
     table = runner.input_batch.block_table[0]
     owned = torch.from_numpy(table.num_blocks_per_row[rows.numpy()]).long()
@@ -56,30 +50,48 @@ def run_windows(runner: Any, windows: list[PagedWindow]) -> torch.Tensor:
         raise RuntimeError("a window runs past the KV blocks its request owns: the scheduler reserved too few slots")
     block_table = table.get_device_tensor(runner.input_batch.num_reqs)
     slot_mapping = _slot_mapping(block_table, table.block_size, token_rows.to(device), physical.to(device))
-    positions = torch.cat([w.forward.positions for w in windows]).to(device)
     metadata = CommonAttentionMetadata(
         query_start_loc=query_start_loc.to(device),
         query_start_loc_cpu=query_start_loc,
         seq_lens=seq_lens.to(device),
         seq_lens_cpu_upper_bound=seq_lens,
-        num_reqs=len(windows),
-        num_actual_tokens=num_tokens,
+        num_reqs=len(rows),
+        num_actual_tokens=int(query_start_loc[-1]),
         max_query_len=int(lengths.max()),
         max_seq_len=int(seq_lens.max()),
         block_table_tensor=block_table[rows.to(device)],
         slot_mapping=slot_mapping,
-        causal=Attention.CAUSAL in attentions,
-        is_prefilling=torch.zeros(len(windows), dtype=torch.bool),
-        positions=positions,
+        causal=causal,
+        is_prefilling=torch.zeros(len(rows), dtype=torch.bool),
+        positions=positions.to(device),
     )
     per_layer: dict[str, Any] = {}
     for group in runner.attn_groups[0]:
         group_metadata = group.build_metadata(metadata)
         per_layer.update(dict.fromkeys(group.layer_names, group_metadata))
+    return per_layer, slot_mapping
+
+
+@torch.inference_mode()
+def run_windows(runner: Any, windows: list[PagedWindow]) -> torch.Tensor:
+    """Forward all windows in one batch; the logits of every window's `logit_rows`, concatenated in order."""
+    from vllm.forward_context import set_forward_context
+
+    attentions = {w.forward.attention for w in windows}
+    if len(attentions) != 1 or Attention.CUSTOM in attentions:
+        raise ValueError(f"one batch of windows needs one causal or bidirectional pattern, got {attentions}")
+    lengths = torch.tensor([w.forward.num_tokens for w in windows], dtype=torch.int32)
+    positions = torch.cat([w.forward.positions for w in windows])
+    per_layer, slot_mapping = paged_metadata(
+        runner, torch.tensor([w.row for w in windows], dtype=torch.long),
+        torch.tensor([w.cache_len for w in windows], dtype=torch.int32), lengths, positions,
+        Attention.CAUSAL in attentions)
+    device = runner.device
+    num_tokens = int(lengths.sum())
     slots = dict.fromkeys(runner.kv_cache_config.kv_cache_groups[0].layer_names, slot_mapping)
     token_ids = torch.cat([w.forward.token_ids for w in windows]).to(device)
     with set_forward_context(per_layer, runner.vllm_config, num_tokens=num_tokens, slot_mapping=slots):
-        hidden = runner.model(input_ids=token_ids, positions=positions)
-    starts = query_start_loc[:-1].long()
+        hidden = runner.model(input_ids=token_ids, positions=positions.to(device))
+    starts = torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)[:-1].long()])
     logit_index = torch.cat([start + w.forward.logit_rows for start, w in zip(starts, windows, strict=True)])
     return runner.model.compute_logits(hidden[logit_index.to(device)])

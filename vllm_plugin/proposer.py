@@ -1,5 +1,6 @@
 """The base of our vLLM proposers: the method's typed config, per-request sampling, and the runner hooks."""
 
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import torch
@@ -86,3 +87,8 @@ class PluginProposer:
 
     def positions(self, runner: Any, positions: torch.Tensor) -> None:
         """Rewrite, in place, the RoPE positions of the step about to run (methods whose windows reorder)."""
+
+    def attending(self, runner: Any) -> AbstractContextManager:
+        """What the attention layers do beyond the engine's causal pass while the step runs (methods whose
+        windows need a structured mask); nothing by default."""
+        return nullcontext()

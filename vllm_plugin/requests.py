@@ -1,6 +1,6 @@
-"""Per-request settings `wedlm`, `diffusion` and `huginn` do not apply (their decoders replace vLLM's sampler and
-its logits processors), refused by name before a request is queued: the offline API raises, the OpenAI server
-answers 400.
+"""Per-request settings `wedlm`, `diffusion`, `huginn` and quadratic `diffusion_self` do not apply (their decoders
+replace vLLM's sampler and its logits processors), refused by name before a request is queued: the offline API
+raises, the OpenAI server answers 400.
 
 The lossless methods are verified by vLLM's own rejection sampler, which applies them to the target."""
 
@@ -16,11 +16,16 @@ NEUTRAL = {"presence_penalty": 0.0, "frequency_penalty": 0.0, "repetition_penalt
            "structured_outputs": None, "logit_bias": None, "allowed_token_ids": None, "bad_words": None}
 
 
-def check(method: str, params: Any) -> None:
+def committing(method: str, config: dict[str, Any]) -> bool:
+    """Whether the method's decoder, not vLLM's sampler, picks the tokens."""
+    return method in COMMITTING or (method == "diffusion_self" and config.get("mode") == "quadratic")
+
+
+def check(method: str, params: Any, config: dict[str, Any] | None = None) -> None:
     """Raise vLLM's validation error naming the first setting `method` would leave unapplied."""
     from vllm.exceptions import VLLMValidationError
 
-    if method not in COMMITTING:
+    if not committing(method, config or {}):
         return
     for name, neutral in NEUTRAL.items():
         value = getattr(params, name, neutral)
@@ -41,7 +46,7 @@ def install() -> None:
     def validate_ours(self: Any, params: Any, *args: Any, **kwargs: Any) -> Any:
         ours = (self.vllm_config.additional_config or {}).get(ADDITIONAL_CONFIG_KEY)
         if ours is not None and hasattr(params, "logprobs"):
-            check(ours["method"], params)
+            check(ours["method"], params, ours["config"])
         return validate(self, params, *args, **kwargs)
 
     validate_ours.parallel_decoding = True

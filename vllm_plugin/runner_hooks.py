@@ -85,9 +85,11 @@ def install() -> None:
     @functools.wraps(model_forward)
     def model_forward_positioned(self: Any, input_ids: Any = None, positions: Any = None, *args: Any, **kwargs: Any):
         drafter = getattr(self, "drafter", None)
-        if isinstance(drafter, PluginProposer) and positions is not None:
-            drafter.positions(self, positions)
-        return model_forward(self, input_ids, positions, *args, **kwargs)
+        if not isinstance(drafter, PluginProposer) or positions is None:
+            return model_forward(self, input_ids, positions, *args, **kwargs)
+        drafter.positions(self, positions)
+        with drafter.attending(self):
+            return model_forward(self, input_ids, positions, *args, **kwargs)
 
     GPUModelRunner.propose_draft_token_ids = propose_with_runner
     GPUModelRunner._input_fits_in_drafter = fits_our_drafter

@@ -1,0 +1,39 @@
+"""Quadratic self-speculation on vLLM (`diffusion_self` with `"mode": "quadratic"`): one forward per step.
+
+Each request keeps a `common.quadratic_self_spec` decoder. The step's scheduled tokens are the decoder's forward:
+the chain `[seed, drafts]` the engine computes causally, then one group per chain token whose structured mask
+`vllm_plugin.group_attention` applies inside the same forward. The decoder verifies the chain (its own rejection
+rule and seeded generator) and drafts from the last accepted token's group; vLLM keeps the KV of the accepted
+chain, which is where the engine wrote it.
+"""
+
+from contextlib import AbstractContextManager
+from typing import Any
+
+from vllm_plugin import group_attention
+from vllm_plugin.commit import CommitProposer, CommitRequest
+from vllm_plugin.group_attention import GroupedWindow
+
+
+class QuadraticSelfSpecProposer(CommitProposer):
+    def plan(self, runner: Any, planned: list[tuple[int, CommitRequest]]) -> dict[int, list[int]]:
+        drafts = {}
+        for row, state in planned:
+            state.forward = state.decoder.next_forward()
+            drafts[row] = state.forward.token_ids[1:].tolist()
+        return drafts
+
+    def attending(self, runner: Any) -> AbstractContextManager:
+        group_attention.install(runner.vllm_config.compilation_config.static_forward_context)
+        queries = runner.query_start_loc.np[: runner.input_batch.num_reqs + 1]
+        windows = []
+        for row, req_id in enumerate(runner.input_batch.req_ids):
+            state, end = self.requests.get(req_id), int(queries[row + 1])
+            if state is None or not self.scheduled_window(runner, req_id, state, end - int(queries[row])):
+                continue
+            decoder, forward = state.decoder, state.forward
+            chain, group = decoder.drafts.numel() + 1, decoder.config.block_size + 1
+            if forward.num_tokens > chain:  # the chain alone near the end of the context
+                windows.append(GroupedWindow(end - forward.num_tokens, row, decoder.cache_len, chain, group,
+                                             forward.positions[chain:]))
+        return group_attention.grouped(group_attention.plan_step(runner, windows) if windows else None)
