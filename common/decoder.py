@@ -58,6 +58,22 @@ class Decoder(ABC):
     def num_tokens(self) -> int:
         return len(self.prompt) + len(self.output)
 
+    @classmethod
+    def resume(cls, tokens: list[int], sampling: SamplingParams, limits: Limits, config: object,
+               generator: torch.Generator | None = None) -> "Decoder":
+        """A decoder taking over a request an engine serves: every token but the last is its prompt, the last one
+        it has just committed (engines start one after the prefill, and again when it lost track of the request).
+        `generator`: the request's own, when the engine draws from one stream for it."""
+        decoder = cls(tokens[:-1], sampling, limits, config)
+        if generator is not None:
+            decoder.generator = generator
+        decoder.resumed(tokens[-1])
+        return decoder
+
+    def resumed(self, token: int) -> None:
+        """Take `token`, the last of the tokens `resume` was given, as just committed."""
+        self.commit([token])
+
     @property
     def last_token(self) -> int:
         return self.output[-1] if self.output else self.prompt[-1]

@@ -149,6 +149,11 @@ class JacobiDecoder(Decoder):
         self.fixed_ra_end = len(self.prompt) + 1 + self.config.block_size
         self.ra_drafts = [first] * self.config.block_size
 
+    def resumed(self, token: int) -> None:
+        """The block opens after `token` (as after the prefill's first token)."""
+        self.begin(token)
+        self.commit([token])
+
     def follow(self, predicted: list[int], committed: list[int]) -> None:
         """Engine-driven step: the engine verified `main_drafts()` itself and committed `committed`.
 

@@ -7,14 +7,14 @@ from typing import Any
 
 import torch
 
-from common.decoder import Limits
+from common.decoder import Decoder, Limits
 from common.diffusion_self import draft_width, propose
 from common.draft_layout import draft_rows
 from common.jacobi import JacobiDecoder
 from common.lora import LoRA
 from common.sampling import choose
 from common.wedlm_spec import WeDLMSpecDecoder
-from sglang_plugin.verify import Drafts, RequestState
+from sglang_plugin.drafts import Drafts, RequestState
 
 
 def allowed(req: Any) -> int:
@@ -69,29 +69,32 @@ class DiffusionSelfDrafter:
         """Nothing carries over: each step drafts afresh."""
 
 
-class JacobiDrafter:
-    """A `common.jacobi.JacobiDecoder` per request: its `main_drafts()` are verified, then it follows the
-    committed tokens and the verify forward's own per-position predictions."""
+class FollowingDrafter:
+    """A `common/` decoder per request (`decoder_class`) whose drafts are verified, which then follows the
+    committed run and what the verify forward showed it; resumed from the request's tokens when it has none or
+    lost track of them (a retraction)."""
+
+    decoder_class: type[Decoder]
 
     def __init__(self, config: Any, worker: Any) -> None:
         self.config, self.worker = config, worker
 
-    def draft(self, batch: Any, reqs: list, states: list[RequestState], seeds: list[int]) -> list[Drafts]:
-        drafts = []
-        for req, state in zip(reqs, states, strict=True):
-            decoder = state.mode_state.get("decoder")
-            if decoder is None or decoder.num_tokens != len(req.origin_input_ids) + len(req.output_ids):
-                decoder = state.mode_state["decoder"] = self.start(req, state)
-            drafts.append(Drafts(decoder.main_drafts()[: allowed(req)]))
-        return drafts
-
-    def start(self, req: Any, state: RequestState) -> JacobiDecoder:
-        """A decoder whose prompt is every token but the seed, which opens its first block."""
+    def decoder(self, req: Any, state: RequestState) -> Any:
         tokens = list(req.origin_input_ids) + list(req.output_ids)
-        decoder = JacobiDecoder(tokens[:-1], state.sampling, Limits(max_tokens=allowed(req) + 1), self.config)
-        decoder.begin(tokens[-1])
-        decoder.commit(tokens[-1:])
-        return decoder
+        if state.decoder is None or state.decoder.num_tokens != len(tokens):
+            state.decoder = self.decoder_class.resume(tokens, state.sampling, Limits(max_tokens=allowed(req) + 1),
+                                                      self.config, state.generator)
+        return state.decoder
+
+
+class JacobiDrafter(FollowingDrafter):
+    """Jacobi's `main_drafts()`; the decoder follows the verify forward's own per-position predictions."""
+
+    decoder_class = JacobiDecoder
+
+    def draft(self, batch: Any, reqs: list, states: list[RequestState], seeds: list[int]) -> list[Drafts]:
+        return [Drafts(self.decoder(req, state).main_drafts()[: allowed(req)])
+                for req, state in zip(reqs, states, strict=True)]
 
     def after_verify(self, reqs: list, states: list, logits: torch.Tensor, predicted: torch.Tensor, drafts: list,
                      committed: list) -> None:
@@ -103,23 +106,20 @@ class JacobiDrafter:
                 followed = predicted[row, :n]
             else:
                 followed = choose(logits[row, :n].float().cpu(), state.sampling, state.generator)
-            state.mode_state["decoder"].follow(followed.tolist(), run)
+            state.decoder.follow(followed.tolist(), run)
 
 
-class WeDLMSpecDrafter:
-    """A `common.wedlm_spec.WeDLMSpecDecoder` per request: its drafts and mask slots are verified as one chain (a
-    mask slot's proposal is a point mass on the mask token, so the slot after the last accepted draft yields the
-    bonus), then it follows the committed run and takes its next drafts from the mask rows past the bonus."""
+class WeDLMSpecDrafter(FollowingDrafter):
+    """Its drafts and mask slots are verified as one chain (a mask slot's proposal is a point mass on the mask
+    token, so the slot after the last accepted draft yields the bonus); the decoder follows the committed run and
+    takes its next drafts from the mask rows past the bonus."""
 
-    def __init__(self, config: Any, worker: Any) -> None:
-        self.config, self.worker = config, worker
+    decoder_class = WeDLMSpecDecoder
 
     def draft(self, batch: Any, reqs: list, states: list[RequestState], seeds: list[int]) -> list[Drafts]:
         drafts = []
         for req, state in zip(reqs, states, strict=True):
-            decoder = state.mode_state.get("decoder")
-            if decoder is None or decoder.num_tokens != len(req.origin_input_ids) + len(req.output_ids):
-                decoder = state.mode_state["decoder"] = self.start(req, state)
+            decoder = self.decoder(req, state)
             tokens = decoder.window_tokens if not decoder.finished else []
             probs = None  # none drafted yet: every slot a point mass, as `common.acceptance.verify` reads None
             if tokens and decoder.draft_probs is not None:
@@ -130,21 +130,11 @@ class WeDLMSpecDrafter:
             drafts.append(Drafts(tokens, probs))
         return drafts
 
-    def start(self, req: Any, state: RequestState) -> WeDLMSpecDecoder:
-        """A decoder whose prompt is every token but the seed, which it has just committed (no drafts yet); it
-        draws with the request's generator, in `common/`'s order."""
-        tokens = list(req.origin_input_ids) + list(req.output_ids)
-        decoder = WeDLMSpecDecoder(tokens[:-1], state.sampling, Limits(max_tokens=allowed(req) + 1), self.config)
-        decoder.generator = state.generator
-        decoder.commit(tokens[-1:])
-        return decoder
-
     def after_verify(self, reqs: list, states: list, logits: torch.Tensor, predicted: torch.Tensor, drafts: list,
                      committed: list) -> None:
         for row, (state, d, run) in enumerate(zip(states, drafts, committed, strict=True)):
-            decoder = state.mode_state["decoder"]
-            slots = logits[row, decoder.drafts.numel() + 2 : len(d.tokens) + 1]
-            decoder.follow(run, slots.float().cpu())
+            slots = logits[row, state.decoder.drafts.numel() + 2 : len(d.tokens) + 1]
+            state.decoder.follow(run, slots.float().cpu())
 
 
 def make_drafter(mode: str, config: Any, worker: Any) -> Any:

@@ -7,38 +7,20 @@ its first token with its own generator (`prefill`). Which drafts a request carri
 (`sglang_plugin.drafters`), which may run extra windows of its own.
 """
 
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from common.acceptance import accept_greedy, verify
-from common.sampling import SamplingParams, choose
+from common.sampling import choose
+from sglang_plugin.drafters import make_drafter
+from sglang_plugin.drafts import RequestState
 from sglang_plugin.worker import PluginWorker, sampling_of
-
-
-@dataclass
-class Drafts:
-    """One request's drafts for this step and, when they were sampled, the proposal they were drawn from."""
-
-    tokens: list[int]
-    probs: torch.Tensor | None = None
-
-
-@dataclass
-class RequestState:
-    """What a request keeps between steps: its sampling, its generator, and the mode's own state."""
-
-    sampling: SamplingParams
-    generator: torch.Generator
-    mode_state: dict[str, Any] = field(default_factory=dict)
 
 
 class VerifyWorker(PluginWorker):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        from sglang_plugin.drafters import make_drafter
-
         self.drafter = make_drafter(self.mode, self.config, self)
 
     def state(self, req: Any) -> RequestState:

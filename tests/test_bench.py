@@ -27,3 +27,20 @@ def test_quick_bench(tmp_path):
     assert jacobi["conversion"] == jacobi["speedup"] / jacobi["tokens_per_forward"]
     assert sum(jacobi["acceptance_histogram"]) > 0 and records["ar"]["speedup"] == 1.0
     assert (tmp_path / "b.png").stat().st_size > 0
+
+
+def test_profile_step_splits_each_step(tmp_path):
+    """`scripts.profile_step` times jacobi, its ngram peer and AR: the parts add up to the step, and jacobi's step
+    is compared with ngram's."""
+    out = subprocess.run([sys.executable, "-m", "scripts.profile_step", "--models", str(tmp_path / "m"),
+                          "--json", str(tmp_path / "p.json"), "--methods", "jacobi", "--batch-sizes", "2",
+                          "--max-tokens", "12"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    records = {r["method"]: r for r in json.loads((tmp_path / "p.json").read_text())}
+    assert set(records) == {"ar", "jacobi", "ngram-8"}
+    for record in records.values():
+        parts = sum(record[f"{part}_ms"] for part in ("forward", "extra_forward", "hooks", "engine"))
+        assert abs(parts - record["step_ms"]) < 1e-6 and record["forward_ms"] > 0 and record["steps"] > 0
+    jacobi = records["jacobi"]
+    assert jacobi["per_step_vs_ngram"] == jacobi["step_ms"] / records["ngram-8"]["step_ms"]
+    assert jacobi["rows_per_step"] > records["ar"]["rows_per_step"]

@@ -8,6 +8,7 @@ import pytest
 from tests.vllm_engine import engine  # isort: split
 
 from vllm import SamplingParams
+from vllm.exceptions import VLLMValidationError
 
 from common.checkpoint import load
 from common.decoder import Limits
@@ -53,7 +54,7 @@ def test_trained_nld_greedy_equals_ar_and_accepts_as_the_reference():
     with engine(model_dir, SPEC) as llm:
         got = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True))
         stats = acceptance(llm)
-        with pytest.raises(ValueError, match="presence_penalty"):  # its decoder, not vLLM's sampler, picks tokens
+        with pytest.raises(VLLMValidationError, match="presence_penalty"):  # its decoder picks the tokens
             llm.generate(prompts[:1], SamplingParams(max_tokens=4, presence_penalty=0.5))
     ties.compare_greedy(model_dir, [tokenizer.encode(p) for p in prompts],
                         [list(o.outputs[0].token_ids) for o in got], want)

@@ -35,13 +35,8 @@ class CommitProposer(PluginProposer):
 
     def __init__(self, vllm_config: Any) -> None:
         super().__init__(vllm_config)
-        self.requests: dict[str, CommitRequest] = {}
+        self.requests: dict[str, CommitRequest]
         self.max_model_len: int = vllm_config.model_config.max_model_len
-
-    def forget(self, finished_req_ids: set[str]) -> None:
-        super().forget(finished_req_ids)
-        for req_id in finished_req_ids:
-            self.requests.pop(req_id, None)
 
     def start(self, runner: Any, req_id: str) -> CommitRequest:
         """A decoder for a request whose prompt has just been prefilled, seeded as `common.generate` seeds."""

@@ -42,14 +42,9 @@ class StagedRow:
 class HuginnProposer(PluginProposer):
     def __init__(self, vllm_config: Any) -> None:
         super().__init__(vllm_config)
-        self.requests: dict[str, HuginnRequest] = {}
+        self.requests: dict[str, HuginnRequest]
         self.max_model_len: int = vllm_config.model_config.max_model_len
         self.staged: list[StagedRow] = []
-
-    def forget(self, finished_req_ids: set[str]) -> None:
-        super().forget(finished_req_ids)
-        for req_id in finished_req_ids:
-            self.requests.pop(req_id, None)
 
     def state(self, runner: Any, req_id: str) -> HuginnRequest:
         if req_id not in self.requests:

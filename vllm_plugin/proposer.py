@@ -33,6 +33,7 @@ class PluginProposer:
         self.config = parse_config(self.method, settings["config"])
         self.sampling: dict[str, SamplingParams] = {}
         self.generators: dict[str, torch.Generator] = {}
+        self.requests: dict[str, Any] = {}  # the method's own per-request state, where it keeps one
         runner_hooks.install()
         cpu_kernels.install()
 
@@ -62,7 +63,7 @@ class PluginProposer:
     @property
     def entries(self) -> dict[str, int]:
         """How many requests each per-request table holds (all zero once vLLM has announced every finish)."""
-        tables = {"sampling": self.sampling, "generators": self.generators, "requests": getattr(self, "requests", {})}
+        tables = {"sampling": self.sampling, "generators": self.generators, "requests": self.requests}
         return {name: len(table) for name, table in tables.items()}
 
     def forget(self, finished_req_ids: set[str]) -> None:
@@ -70,6 +71,7 @@ class PluginProposer:
         for req_id in finished_req_ids:
             self.sampling.pop(req_id, None)
             self.generators.pop(req_id, None)
+            self.requests.pop(req_id, None)
 
     def draft(
         self, runner: Any, scheduler_output: Any, sampled_token_ids: list[list[int]]

@@ -1,0 +1,202 @@
+"""Where a vLLM step's time goes, per method: the model forward, the plugin's hooks, the engine's bookkeeping, next
+to vLLM's own `ngram` at the same width and plain AR, at several batch sizes.
+
+    python -m scripts.profile_step --json out/profile.json [--png out/profile.png] [--batch-sizes 1,8,32]
+
+Each method runs on the checkpoint trained for it (`scripts.bench`'s table, with its settings: eager, float32),
+each engine in a process of its own with its core inside (so its model runner's methods can be timed), greedy,
+`ignore_eos`, a warm-up batch first; every step of the timed batch counts, its prefill step included. Per engine
+step (one `EngineCore.step`): `forward` is the step's model forward (`_model_forward`, with any attention passes
+our methods add inside it), `extra_forward` our forwards beside it (draft and reveal windows, `run_windows`),
+`hooks` the rest of the drafting (`propose_draft_token_ids`) and sampling (`_sample`, where our commit rules
+run), `engine` everything else in the step (scheduling, input preparation, output processing).
+`rows_per_step` counts the rows the step's model forward carried (ngram drafts only where its n-grams match, so
+it forwards fewer rows than a method that always fills its width). `per_step_vs_ngram` is the method's step time
+over the `ngram` step time at the same batch size and width.
+"""
+
+import argparse
+import json
+import multiprocessing
+import os
+import sys
+import time
+from collections import Counter
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+from tqdm import tqdm
+
+from scripts.bench import METHODS, PROMPTS, ngram
+from scripts.trained_models import copy
+
+PARTS = ("forward", "extra_forward", "hooks", "engine")
+
+
+class StepTimer:
+    """Wraps the engine's and runner's methods with wall-clock timers (installed once, before any engine)."""
+
+    def __init__(self) -> None:
+        from vllm.v1.engine.core import EngineCore
+        from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+        from vllm_plugin import paged_forward, runner_hooks
+
+        runner_hooks.install()  # first: the timers wrap the plugin's hooks (which pass through for other drafters)
+        self.seconds: Counter = Counter()
+        self.steps = self.rows = 0
+        self.wrap(EngineCore, "step", "step", count=True)
+        self.wrap(GPUModelRunner, "_model_forward", "forward", rows=True)
+        self.wrap(GPUModelRunner, "propose_draft_token_ids", "propose")
+        self.wrap(GPUModelRunner, "_sample", "sample")
+        self.wrap(paged_forward, "run_windows", "extra_forward")
+
+    def wrap(self, owner: object, name: str, part: str, count: bool = False, rows: bool = False) -> None:
+        inner = getattr(owner, name)
+
+        def timed(*args, **kwargs):
+            if rows:
+                input_ids = kwargs.get("input_ids", args[1] if len(args) > 1 else None)
+                self.rows += 0 if input_ids is None else input_ids.numel()
+            start = time.perf_counter()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                self.seconds[part] += time.perf_counter() - start
+                self.steps += count
+
+        setattr(owner, name, timed)
+
+    def reset(self) -> None:
+        self.seconds.clear()
+        self.steps = self.rows = 0
+
+    def split(self) -> dict[str, float]:
+        """Milliseconds per step, by part."""
+        s, steps = self.seconds, max(self.steps, 1)
+        hooks = s["propose"] + s["sample"] - s["extra_forward"]
+        parts = {"forward": s["forward"], "extra_forward": s["extra_forward"], "hooks": hooks,
+                 "engine": s["step"] - s["forward"] - s["propose"] - s["sample"]}
+        return {name: 1000 * value / steps for name, value in parts.items()} | {"step": 1000 * s["step"] / steps}
+
+
+def skip_numba_in_kernel_scan() -> None:
+    """vLLM-CPU's worker rebinds kernel overrides by scanning every loaded module, and trips over llvmlite's
+    objects once numba is loaded (its `ngram` proposer's) in the worker's process, as it is here: hide them."""
+    from vllm.platforms import current_platform
+
+    register = current_platform.register_triton_kernel_overrides
+
+    def register_without_numba(*args, **kwargs):
+        hidden = {name: sys.modules.pop(name) for name in list(sys.modules) if name.split(".")[0] in
+                  ("llvmlite", "numba")}
+        try:
+            return register(*args, **kwargs)
+        finally:
+            sys.modules.update(hidden)
+
+    current_platform.register_triton_kernel_overrides = register_without_numba
+
+
+def profile(model: str, name: str, spec: dict | None, batch_sizes: list[int], max_tokens: int) -> list[dict]:
+    """One engine per method in this process (its own, so engines do not share one process's patched kernels),
+    every batch size on it, a warm-up batch first."""
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine core in this process, its runner timed
+    from vllm import LLM, SamplingParams
+
+    timer = StepTimer()
+    skip_numba_in_kernel_scan()
+    llm = LLM(model=model, speculative_config=spec, enforce_eager=True, kv_cache_memory_bytes=256 << 20,
+              dtype="float32", max_model_len=512, max_num_seqs=max(batch_sizes), seed=0)
+    params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
+    records = []
+    for batch_size in batch_sizes:
+        prompts = [PROMPTS[i % len(PROMPTS)] for i in range(batch_size)]
+        llm.generate(prompts, params, use_tqdm=False)
+        timer.reset()
+        outputs = llm.generate(prompts, params, use_tqdm=False)
+        tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
+        records.append({"method": name, "config": spec, "batch_size": batch_size, "steps": timer.steps,
+                        "tokens_per_step": tokens / timer.steps, "rows_per_step": timer.rows / timer.steps,
+                        **{f"{part}_ms": value for part, value in timer.split().items()}})
+    return records
+
+
+def with_ngram_ratio(records: list[dict]) -> list[dict]:
+    """Each of our methods' step time over its ngram peer's (`peer`: the ngram run at its width)."""
+    step = {(r["method"], r["batch_size"]): r["step_ms"] for r in records}
+    for record in records:
+        peer = record.get("peer")
+        if peer is not None and (peer, record["batch_size"]) in step:
+            record["per_step_vs_ngram"] = record["step_ms"] / step[(peer, record["batch_size"])]
+    return records
+
+
+def plot(records: list[dict], path: str) -> None:
+    """Stacked bars of milliseconds per step by part, one panel per batch size."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sizes = sorted({r["batch_size"] for r in records})
+    fig, axes = plt.subplots(1, len(sizes), figsize=(5 * len(sizes), 4.5), squeeze=False)
+    for ax, size in zip(axes[0], sizes, strict=True):
+        rows = [r for r in records if r["batch_size"] == size]
+        bottom = [0.0] * len(rows)
+        for part in PARTS:
+            values = [r[f"{part}_ms"] for r in rows]
+            ax.bar(range(len(rows)), values, bottom=bottom, label=part)
+            bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+        ax.set_xticks(range(len(rows)), [r["method"] for r in rows], rotation=45, ha="right", fontsize=8)
+        ax.set_title(f"batch {size}")
+        ax.set_ylabel("ms per engine step")
+    axes[0][0].legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m scripts.profile_step", description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="out/trained-models", help="the trained checkpoints (copied if missing)")
+    parser.add_argument("--json", required=True)
+    parser.add_argument("--png", default=None)
+    parser.add_argument("--batch-sizes", default="1,8,32")
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--methods", default=",".join(name for name, _, _ in METHODS if name != "jacobi_recycling"),
+                        help="comma-separated, from scripts.bench's table (vLLM's)")
+    args = parser.parse_args()
+    copy(Path(args.models))
+    batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
+    runs: list[tuple[str, str, dict | None, str | None]] = []
+    for name, checkpoint, spec in METHODS:
+        if name not in args.methods.split(","):
+            continue
+        peer = ngram(spec)
+        peer_name = f"ngram-{peer['num_speculative_tokens']}"
+        runs.append((name, checkpoint, spec, peer_name))
+        if not any(r[0] == peer_name and r[1] == checkpoint for r in runs):
+            runs.append((peer_name, checkpoint, peer, None))
+        if not any(r[0] == "ar" and r[1] == checkpoint for r in runs):
+            runs.append(("ar", checkpoint, None, None))
+    records = []
+    for name, checkpoint, spec, peer in tqdm(runs, desc="profile"):
+        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+            measured = pool.submit(profile, str(Path(args.models) / checkpoint), name, spec, batch_sizes,
+                                   args.max_tokens).result()
+        records += [{"engine": "vllm", "checkpoint": checkpoint, "peer": peer, **record} for record in measured]
+    records = with_ngram_ratio(records)
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.json).write_text(json.dumps(records, indent=1))
+    if args.png:
+        plot(records, args.png)
+    for r in records:
+        ratio = r.get("per_step_vs_ngram")
+        print(f"{r['checkpoint']:>15} {r['method']:>26} b{r['batch_size']:<3} rows {r['rows_per_step']:6.1f}  "
+              f"step {r['step_ms']:7.2f} ms  "
+              + "  ".join(f"{part} {r[f'{part}_ms']:6.2f}" for part in PARTS)
+              + (f"  vs ngram {ratio:.2f}x" if ratio else ""))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,27 @@
+"""What a lossless mode's step carries per request on SGLang: the drafts its drafter proposes, and what a request
+keeps between steps."""
+
+from dataclasses import dataclass
+
+import torch
+
+from common.decoder import Decoder
+from common.sampling import SamplingParams
+
+
+@dataclass
+class Drafts:
+    """One request's drafts for this step and, when they were sampled, the proposal they were drawn from."""
+
+    tokens: list[int]
+    probs: torch.Tensor | None = None
+
+
+@dataclass
+class RequestState:
+    """A request's sampling, its generator, and the `common/` decoder of a drafter that follows the verifications
+    (Jacobi, WeDLM-drafted speculation; None for the others)."""
+
+    sampling: SamplingParams
+    generator: torch.Generator
+    decoder: Decoder | None = None

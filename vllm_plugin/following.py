@@ -1,0 +1,73 @@
+"""Proposers whose per-request `common/` decoder follows vLLM's verification (Jacobi, WeDLM-drafted speculation):
+the decoder's drafts are verified by vLLM's rejection sampler, then it follows the committed tokens and what the
+verify forward showed it (`seen`, taken in `before_sample`). A request it lost track of (its first step, or after
+a preemption) gets a decoder resumed from its tokens so far.
+"""
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from common.decoder import Decoder, Limits
+from vllm_plugin.proposer import PluginProposer
+
+
+@dataclass
+class FollowedRequest:
+    decoder: Any
+    seen: Any = None  # what the last verify forward showed the decoder (None: nothing since it was resumed)
+
+
+class FollowingProposer(PluginProposer):
+    decoder_class: type[Decoder]
+
+    def __init__(self, vllm_config: Any) -> None:
+        super().__init__(vllm_config)
+        self.requests: dict[str, FollowedRequest]
+        self.max_model_len: int = vllm_config.model_config.max_model_len
+
+    def draft(
+        self, runner: Any, scheduler_output: Any, sampled_token_ids: list[list[int]]
+    ) -> tuple[list[list[int]], torch.Tensor | None]:
+        batch = runner.input_batch
+        drafts: list[list[int]] = []
+        states: list[FollowedRequest | None] = []
+        for row, req_id in enumerate(batch.req_ids):
+            committed = sampled_token_ids[row]
+            if not committed:
+                drafts.append([])
+                states.append(None)
+                continue
+            num_tokens = int(batch.num_tokens_no_spec[row])
+            state = self.requests.get(req_id)
+            if state is None or state.seen is None or state.decoder.num_tokens + len(committed) != num_tokens:
+                state = self.resume(runner, row, req_id, num_tokens)
+            else:
+                self.follow(state.decoder, committed, state.seen)
+                state.seen = None
+            drafts.append([] if state.decoder.finished else self.drafts_of(state.decoder))
+            states.append(state)
+        return drafts, self.proposals(runner, drafts, states)
+
+    def resume(self, runner: Any, row: int, req_id: str, num_tokens: int) -> FollowedRequest:
+        """A decoder over the request's tokens so far, drawing with the request's own generator."""
+        tokens = runner.input_batch.token_ids_cpu[row, :num_tokens].tolist()
+        request = runner.requests[req_id]
+        sampling, generator = self.request(runner, req_id)
+        limits = Limits(max_tokens=request.sampling_params.max_tokens - len(request.output_token_ids) + 1,
+                        context=self.max_model_len - 1)
+        decoder = self.decoder_class.resume(tokens, sampling, limits, self.config, generator)
+        self.requests[req_id] = state = FollowedRequest(decoder)
+        return state
+
+    def follow(self, decoder: Any, committed: list[int], seen: Any) -> None:
+        raise NotImplementedError
+
+    def drafts_of(self, decoder: Any) -> list[int]:
+        raise NotImplementedError
+
+    def proposals(self, runner: Any, drafts: list[list[int]], states: list[FollowedRequest | None]
+                  ) -> torch.Tensor | None:
+        """[rows, k, vocab] proposal probabilities for vLLM's rejection sampler when a row samples, else None."""
+        return None
