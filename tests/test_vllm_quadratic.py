@@ -11,10 +11,6 @@ from vllm import SamplingParams
 from vllm.exceptions import VLLMValidationError
 
 from common.checkpoint import load
-from common.decoder import Limits
-from common.methods import make_decoder, parse_config
-from common.runner import ReferenceRunner
-from common.sampling import SamplingParams as ReferenceSampling
 from scripts import corpus
 from scripts.trained_models import SHIPPED
 from tests import ties
@@ -38,18 +34,10 @@ def test_trained_nld_greedy_equals_ar_and_accepts_as_the_reference():
     """On held-out prompts whose reference decoding takes no near-tied decision; vLLM's counters: one step per
     forward, the reference's accepted drafts."""
     model_dir = SHIPPED / "nld"
-    model, tokenizer = load(model_dir)
-    config = parse_config("diffusion_self", {k: v for k, v in SPEC.items() if k != "method"},
-                          mask_token_id=tokenizer.mask_token_id)
-    runner, limits = ReferenceRunner(model), Limits(MAX_TOKENS)
-    prompts, reference_decoders, want = [], [], []
-    for prompt in corpus.prompts(12):
-        decoder = make_decoder("diffusion_self", config, tokenizer.encode(prompt), ReferenceSampling(), limits)
-        result = runner.run(decoder)
-        if ties.tie_position(result.margins) is None:
-            prompts.append(prompt)
-            reference_decoders.append(decoder)
-            want.append(result.token_ids)
+    tokenizer = load(model_dir)[1]
+    settings = {k: v for k, v in SPEC.items() if k != "method"}
+    prompts, reference_decoders, want = ties.untied_references(model_dir, "diffusion_self", settings,
+                                                               corpus.prompts(12), MAX_TOKENS)
     assert len(prompts) >= 6
     with engine(model_dir, SPEC) as llm:
         got = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True))

@@ -6,10 +6,6 @@ from tests.vllm_engine import engine  # isort: split
 from vllm import SamplingParams
 
 from common.checkpoint import load
-from common.decoder import Limits
-from common.methods import make_decoder, parse_config
-from common.runner import ReferenceRunner
-from common.sampling import SamplingParams as ReferenceSampling
 from scripts import corpus
 from scripts.trained_models import SHIPPED
 from tests import ties
@@ -24,17 +20,9 @@ SPEC = {"method": "wedlm_spec", "window": 8}
 def test_trained_wedlm_greedy_equals_ar_and_accepts_as_the_reference():
     """On the held-out prompts whose reference decoding takes no near-tied decision."""
     model_dir = SHIPPED / "wedlm"
-    model, tokenizer = load(model_dir)
-    config = parse_config("wedlm_spec", {"window": SPEC["window"]}, mask_token_id=tokenizer.mask_token_id)
-    runner, limits = ReferenceRunner(model), Limits(MAX_TOKENS)
-    prompts, reference, want = [], [], []
-    for prompt in corpus.prompts(16):
-        decoder = make_decoder("wedlm_spec", config, tokenizer.encode(prompt), ReferenceSampling(), limits)
-        result = runner.run(decoder)
-        if ties.tie_position(result.margins) is None:
-            prompts.append(prompt)
-            reference.append(decoder)
-            want.append(result.token_ids)
+    tokenizer = load(model_dir)[1]
+    prompts, reference, want = ties.untied_references(model_dir, "wedlm_spec", {"window": SPEC["window"]},
+                                                      corpus.prompts(16), MAX_TOKENS)
     assert len(prompts) >= 8
     with engine(model_dir, SPEC) as llm:
         got = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True))

@@ -104,6 +104,29 @@ def reference_ties(model_dir, method: str, settings: dict, prompts: list[str], m
                                                  Limits(max_tokens))).margins) for p in prompts]
 
 
+def untied_references(model_dir, method: str, settings: dict, prompts: list[str], max_tokens: int
+                      ) -> tuple[list[str], list, list[list[int]]]:
+    """The prompts whose reference greedy decoding (the method's own, on `model_dir`) takes no near-tied decision,
+    with those decoders (their acceptance counters) and tokens."""
+    from common.decoder import Limits
+    from common.methods import make_decoder, parse_config
+    from common.runner import ReferenceRunner
+    from common.sampling import SamplingParams
+
+    model, tokenizer = load(model_dir)
+    config = parse_config(method, settings, mask_token_id=tokenizer.mask_token_id)
+    runner = ReferenceRunner(model)
+    kept, decoders, tokens = [], [], []
+    for prompt in prompts:
+        decoder = make_decoder(method, config, tokenizer.encode(prompt), SamplingParams(), Limits(max_tokens))
+        result = runner.run(decoder)
+        if tie_position(result.margins) is None:
+            kept.append(prompt)
+            decoders.append(decoder)
+            tokens.append(result.token_ids)
+    return kept, decoders, tokens
+
+
 def compare_untied(got: list, want: list, tied: list[bool]) -> None:
     """Results that cannot be cut token by token (texts, counts): equal where the reference took no near-tied
     decision; the others are counted as cut."""
