@@ -56,7 +56,7 @@ def from_cli_args(original: Any, cls: Any, args: Any) -> Any:
     try:
         check_resolved(mode, config, server_args)
     except ConfigError as err:
-        sys.exit(f"error: argument --page-size: {err}")
+        sys.exit(f"error: {err}")
     server_args._decode_settings = encode(mode, config)
     return server_args
 
@@ -170,8 +170,12 @@ def speculative_fields(mode: str, config: Any, device: str | None) -> dict[str, 
 
 
 def check_resolved(mode: str, config: Any, server_args: Any) -> None:
-    """What SGLang resolves while building its args (some attention backends force KV pages) and a mode cannot
-    take: the modes whose decoder commits run windows in scratch slots taken one token at a time."""
+    """What SGLang resolves while building its args and a mode cannot take: KV pages (some attention backends force
+    them), which the modes whose decoder commits cannot take (their scratch windows take slots one token at a time);
+    tensor parallelism on CPU, where this environment's SGLang starts NCCL (CUDA only) for its workers."""
+    if server_args.device == "cpu" and server_args.tp_size > 1:
+        raise ConfigError(f"tp_size must be 1 with --decode-mode on device cpu (SGLang's CPU workers here would start "
+                          f"NCCL, which needs CUDA), got {server_args.tp_size}")
     page_size = server_args.page_size or 1
     if commits(mode, config) and page_size > 1:
         raise ConfigError(f"page_size must be 1 with decode mode {mode} (its scratch windows take KV slots one token "

@@ -128,8 +128,9 @@ def refusal(args: list[str], model) -> subprocess.CompletedProcess:
     (["--decode-mode", "wedlm", "--page-size", "4"], "page_size must be 1 with decode mode wedlm"),
     (["--decode-config", "{}"], "needs --decode-mode"),
     (["--decode-mode", "huginn"], "decode mode huginn serves RavenForCausalLM checkpoints"),
+    (["--decode-mode", "jacobi", "--tp-size", "2"], "tp_size must be 1 with --decode-mode on device cpu"),
 ], ids=["unknown-mode", "malformed", "bad-value", "unknown-field", "draft-adapter", "paged", "config-without-mode",
-        "huginn-on-qwen3"])
+        "huginn-on-qwen3", "cpu-tensor-parallel"])
 def test_bad_settings_refused_at_start(engine_dir, args, message):
     proc = refusal(args, engine_dir["qwen3"])
     assert proc.returncode != 0

@@ -176,3 +176,11 @@ def test_settings_that_force_v2_refused(v2_env):
 def test_v1_model_runner_passes(v2_env, value):
     v2_env(value)
     assert v2_runner_selected(jacobi_args()) is None
+
+
+def test_huginn_tensor_parallel_refused_before_the_checkpoint(v2_env):
+    v2_env(None)
+    args = SimpleNamespace(speculative_config={"method": "huginn"}, watermark_config=None, attention_config=None,
+                           kv_transfer_config=None, tensor_parallel_size=2)
+    with pytest.raises(ConfigError, match=r"huginn runs with tensor_parallel_size 1 only.*got 2"):
+        translate(args, None)

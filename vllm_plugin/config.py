@@ -12,7 +12,7 @@ import functools
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from common.draft_layout import complete_config
 from common.errors import ConfigError
@@ -154,6 +154,13 @@ def load_tokenizer(model_config: Any) -> Any:
     return AutoTokenizer.from_pretrained(model_config.tokenizer, trust_remote_code=model_config.trust_remote_code)
 
 
+def refuse(err: ConfigError) -> NoReturn:
+    """Raise `err`, or end the process with its one-line message when the command line named our method."""
+    if _cli["named_ours"]:
+        raise SystemExit(f"error: {err}") from None
+    raise err
+
+
 def translate(engine_args: Any, model_config: Any) -> None:
     """Rewrite `engine_args` in place from one of our methods to vLLM's `custom_class` path."""
     import vllm
@@ -162,26 +169,21 @@ def translate(engine_args: Any, model_config: Any) -> None:
     method, config = engine_config(engine_args.speculative_config)
     selected = v2_runner_selected(engine_args)
     if selected is not None:
-        err = ConfigError(f"method {method}: parallel-decoding hooks vLLM's V1 model runner (GPUModelRunner) and "
-                          f"does not run on Model Runner V2; {selected}")
-        if _cli["named_ours"]:
-            raise SystemExit(f"error: {err}")
-        raise err
+        refuse(ConfigError(f"method {method}: parallel-decoding hooks vLLM's V1 model runner (GPUModelRunner) and "
+                           f"does not run on Model Runner V2; {selected}"))
+    if method == "huginn" and engine_args.tensor_parallel_size > 1:
+        refuse(ConfigError("method huginn runs with tensor_parallel_size 1 only (RavenForCausalLM's layers are not "
+                           f"sharded here), got {engine_args.tensor_parallel_size}"))
     architectures = getattr(model_config.hf_config, "architectures", None) or []
     if (method == "huginn") != (HUGINN_ARCHITECTURE in architectures):
-        err = ConfigError(f"method huginn serves {HUGINN_ARCHITECTURE} checkpoints, and they are served by method "
-                          f"huginn only; got method {method!r} on {architectures}")
-        if _cli["named_ours"]:
-            raise SystemExit(f"error: {err}")
-        raise err
+        refuse(ConfigError(f"method huginn serves {HUGINN_ARCHITECTURE} checkpoints, and they are served by method "
+                           f"huginn only; got method {method!r} on {architectures}"))
     try:
         config = complete_config(config, model_config.hf_config, lambda: load_tokenizer(model_config))
         if getattr(config, "draft_adapter", None):
             config = with_adapter(config, model_config.model, engine_args.enforce_eager)
     except ConfigError as err:
-        if _cli["named_ours"]:
-            raise SystemExit(f"error: {err}") from None
-        raise
+        refuse(err)
     target = engine_method(method, config)
     if target.scheduler is not None:
         if engine_args.scheduler_cls not in (None, target.scheduler):
