@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from vllm_plugin.paged_forward import paged_metadata
+from vllm_plugin.paged_forward import paged_metadata, window_slots
 
 
 @dataclass(frozen=True)
@@ -66,10 +66,9 @@ def plan_step(runner: Any, windows: list[GroupedWindow]) -> GroupedStep:
                                          positions, causal=False)
         tokens = torch.cat([torch.arange(w.group) + w.start + w.chain + a * w.group for w in here])
         passes.append(GroupPass(tokens.to(device), slots, metadata))
-    chains = torch.tensor([w.chain for w in windows], dtype=torch.int32)
-    _, chain_slots = paged_metadata(runner, torch.tensor([w.row for w in windows]),
-                                    torch.tensor([w.cache_len for w in windows], dtype=torch.int32), chains,
-                                    torch.cat([torch.arange(w.chain) for w in windows]), causal=True)
+    chain_slots = window_slots(runner, torch.tensor([w.row for w in windows]),
+                               torch.tensor([w.cache_len for w in windows], dtype=torch.int32),
+                               torch.tensor([w.chain for w in windows], dtype=torch.int32))
     chain_tokens = torch.cat([torch.arange(w.chain) + w.start for w in windows])
     return GroupedStep(passes, chain_tokens.to(device), chain_slots)
 

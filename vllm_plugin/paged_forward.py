@@ -28,28 +28,34 @@ def _slot_mapping(block_table: torch.Tensor, block_size: int, rows: torch.Tensor
     return blocks * block_size + slots % block_size
 
 
-def paged_metadata(runner: Any, rows: torch.Tensor, cache_lens: torch.Tensor, lengths: torch.Tensor,
-                   positions: torch.Tensor, causal: bool) -> tuple[dict[str, Any], torch.Tensor]:
-    """Attention metadata (per layer name) and KV slots for windows of `lengths` rows in batch `rows`, each right
-    after its request's `cache_lens` cached tokens, at logical `positions` (flat): the metadata vLLM's own
-    backend reads, built by the runner's builders."""
-    from vllm.v1.attention.backend import CommonAttentionMetadata
-
+def window_slots(runner: Any, rows: torch.Tensor, cache_lens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """KV slots of windows of `lengths` rows in batch `rows`, each right after its request's `cache_lens` cached
+    tokens, which must lie in the KV blocks the request owns."""
     if len(runner.kv_cache_config.kv_cache_groups) != 1:
         raise ValueError("parallel-decoding drafts support models with one KV cache group")
     device = runner.device
+    token_rows = rows.repeat_interleave(lengths.long())
+    physical = torch.cat([torch.arange(int(c), int(c) + int(n)) for c, n in zip(cache_lens, lengths, strict=True)])
+    table = runner.input_batch.block_table[0]
+    owned = torch.from_numpy(table.num_blocks_per_row[rows.numpy()]).long()
+    if bool(((cache_lens + lengths).long() > owned * table.block_size).any()):
+        raise RuntimeError("a window runs past the KV blocks its request owns: the scheduler reserved too few slots")
+    block_table = table.get_device_tensor(runner.input_batch.num_reqs)
+    return _slot_mapping(block_table, table.block_size, token_rows.to(device), physical.to(device))
+
+
+def paged_metadata(runner: Any, rows: torch.Tensor, cache_lens: torch.Tensor, lengths: torch.Tensor,
+                   positions: torch.Tensor, causal: bool) -> tuple[dict[str, Any], torch.Tensor]:
+    """Attention metadata (per layer name) and KV slots (`window_slots`) for windows at logical `positions`
+    (flat): the metadata vLLM's own backend reads, built by the runner's builders."""
+    from vllm.v1.attention.backend import CommonAttentionMetadata
+
+    device = runner.device
+    slot_mapping = window_slots(runner, rows, cache_lens, lengths)
     seq_lens = cache_lens + lengths
     query_start_loc = torch.zeros(len(rows) + 1, dtype=torch.int32)
     query_start_loc[1:] = lengths.cumsum(0)
-    token_rows = rows.repeat_interleave(lengths.long())
-    physical = torch.cat([torch.arange(int(c), int(c) + int(n)) for c, n in zip(cache_lens, lengths, strict=True)])
-
-    table = runner.input_batch.block_table[0]
-    owned = torch.from_numpy(table.num_blocks_per_row[rows.numpy()]).long()
-    if bool((seq_lens.long() > owned * table.block_size).any()):
-        raise RuntimeError("a window runs past the KV blocks its request owns: the scheduler reserved too few slots")
-    block_table = table.get_device_tensor(runner.input_batch.num_reqs)
-    slot_mapping = _slot_mapping(block_table, table.block_size, token_rows.to(device), physical.to(device))
+    block_table = runner.input_batch.block_table[0].get_device_tensor(runner.input_batch.num_reqs)
     metadata = CommonAttentionMetadata(
         query_start_loc=query_start_loc.to(device),
         query_start_loc_cpu=query_start_loc,
