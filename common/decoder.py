@@ -9,6 +9,7 @@ import torch
 from common import margins
 from common.acceptance import AcceptanceStats
 from common.errors import require
+from common.row_stats import RowReading, RowStats
 from common.sampling import SamplingParams, choose
 from common.window import Forward, Outcome, causal_forward
 
@@ -93,8 +94,23 @@ class Decoder(ABC):
         self._pending = self.prefill() if self.forwards == 0 else self.plan()
         return self._pending
 
-    def apply(self, logits: torch.Tensor) -> Outcome:
-        """Digest the logits of the planned forward's `logit_rows` (in that order)."""
+    @property
+    def reading(self) -> RowReading | None:
+        """How the update of the planned forward reads its rows: reduced to `RowStats` (which an engine may hand
+        over for many requests at once, `common.row_stats.apply_rows`), or None: as full logits."""
+        return None if self._pending is None or self.forwards == 0 else self.reads(self._pending)
+
+    def reads(self, forward: Forward) -> RowReading | None:
+        """`reading` for a planned forward after the prefill; methods whose update takes `RowStats` say so."""
+        return None
+
+    def apply(self, logits: torch.Tensor | RowStats) -> Outcome:
+        """Digest the logits of the planned forward's `logit_rows` (in that order), or the `RowStats` of them
+        where `reading` says the update reads those."""
+        reading = self.reading
+        if reading is not None and not isinstance(logits, RowStats):
+            logits = RowStats.of(logits, reading.excluded, keep_logits=not self.sampling.greedy,
+                                 excluding=torch.arange(len(logits)) >= reading.from_row)
         forward, self._pending = self._pending, None
         assert forward is not None, "apply() without next_forward()"
         first = self.forwards == 0
@@ -125,6 +141,14 @@ class Decoder(ABC):
         if self.sampling.greedy:
             self.note_margin(margins.top2(logits))
         return choose(logits, self.sampling, self.generator)
+
+    def pick_rows(self, rows: RowStats, index: torch.Tensor | slice) -> torch.Tensor:
+        """`pick` over `rows[index]` read as `RowStats`."""
+        if not self.sampling.greedy:
+            return choose(rows.logits[index], self.sampling, self.generator)
+        margin = rows.margin[index]
+        self.note_margin(float(margin.min()) if margin.numel() else float("inf"))
+        return rows.token[index]
 
     def commit(self, tokens: list[int]) -> list[int]:
         """Append tokens up to the first EOS (inclusive) or max_tokens; return what was appended."""

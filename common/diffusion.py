@@ -16,7 +16,8 @@ from common import margins
 from common.decoder import Decoder, Limits
 from common.draft_layout import DLM_TYPES, draft_rows
 from common.errors import require, require_mask_token
-from common.sampling import SamplingParams, choose, without_token
+from common.row_stats import RowReading, RowStats
+from common.sampling import SamplingParams, choose
 from common.window import Attention, Forward, Outcome, causal_forward
 
 
@@ -39,13 +40,16 @@ class DiffusionConfig:
                 self.dlm_type)
 
 
-def reveal(logits: torch.Tensor, masked: torch.Tensor, threshold: float, mask_token_id: int,
-           params: SamplingParams, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, float]:
+def reveal(rows: RowStats, masked: torch.Tensor, threshold: float, params: SamplingParams,
+           generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, float]:
     """Slots to reveal (top-1 plus all with confidence >= threshold) among `masked`, their tokens, and the
-    decision's slack (`common.margins`: thresholds, the top-1 choice, greedy candidates of revealed slots)."""
-    logits = without_token(logits, mask_token_id)
-    candidates = choose(logits, params, generator)
-    confidence = logits.softmax(-1).gather(-1, candidates[:, None]).squeeze(-1)
+    decision's slack (`common.margins`: thresholds, the top-1 choice, greedy candidates of revealed slots).
+    `rows`: the block's rows read with the mask token excluded."""
+    if params.greedy:
+        candidates, confidence = rows.token, rows.confidence
+    else:
+        candidates = choose(rows.logits, params, generator)
+        confidence = rows.logits.softmax(-1).gather(-1, candidates[:, None]).squeeze(-1)
     confidence = confidence.masked_fill(~masked, -1.0)
     chosen = (confidence >= threshold) & masked
     slack = margins.threshold(confidence[masked], threshold)
@@ -53,7 +57,7 @@ def reveal(logits: torch.Tensor, masked: torch.Tensor, threshold: float, mask_to
         slack = min(slack, margins.gap(-confidence[masked]))
     chosen[confidence.argmax()] = True
     if params.greedy:
-        slack = min(slack, margins.top2(logits[chosen]))
+        slack = min(slack, float(rows.margin[chosen].min()))
     return chosen, candidates, slack
 
 
@@ -84,10 +88,14 @@ class DiffusionDecoder(Decoder):
             )
         return causal_forward(self.block.tolist(), start, [self.block.numel() - 1])
 
-    def update(self, logits: torch.Tensor) -> Outcome:
+    def reads(self, forward: Forward) -> RowReading:
+        """Reveal forwards never choose the mask token; the commit forward's last row gives the next seed."""
+        return RowReading(self.config.mask_token_id if forward.attention is Attention.BIDIRECTIONAL else None)
+
+    def update(self, rows: RowStats) -> Outcome:
         if self._masked.any():
-            chosen, tokens, slack = reveal(logits, self._masked[1:], self.config.confidence_threshold,
-                                           self.config.mask_token_id, self.sampling, self.generator)
+            chosen, tokens, slack = reveal(rows, self._masked[1:], self.config.confidence_threshold, self.sampling,
+                                           self.generator)
             self.note_margin(slack)
             self.block[1:][chosen] = tokens[chosen]
             self._masked[1:] &= ~chosen
@@ -97,7 +105,7 @@ class DiffusionDecoder(Decoder):
                 return Outcome(settled)
             return Outcome()
         revealed = self.block[1:].tolist()
-        seed = int(self.pick(logits)[0])
+        seed = int(self.pick_rows(rows, slice(0, 1))[0])
         self.block = None
         return Outcome(revealed + [seed], kv_keep=len(revealed) + 1)
 

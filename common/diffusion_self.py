@@ -71,11 +71,12 @@ def draft_window(seed: int, seed_position: int, width: int, config: DiffusionSel
 
 def propose(
     logits: torch.Tensor, mask_token_id: int, params: SamplingParams, generator: torch.Generator | None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Drafts from the draft forward's logit rows and the proposal q they were drawn from (argmax when greedy)."""
-    probs = draft_distribution(logits, mask_token_id, params)
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Drafts from the draft forward's logit rows and the proposal q they were drawn from (greedy: the argmax,
+    the mask token excluded, and no q: greedy verification reads none)."""
     if params.greedy:
-        return probs.argmax(-1), probs
+        return without_token(logits, mask_token_id).argmax(-1), None
+    probs = draft_distribution(logits, mask_token_id, params)
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1), probs
 
 

@@ -14,13 +14,13 @@ from dataclasses import dataclass
 
 import torch
 
-from common import margins
-from common.acceptance import verify
+from common.acceptance import accept_greedy, verify
 from common.decoder import Decoder, Limits
 from common.diffusion_self import draft_width, propose
 from common.draft_layout import DLM_TYPES, draft_rows
 from common.errors import require, require_mask_token
-from common.sampling import SamplingParams, without_token
+from common.row_stats import RowReading, RowStats
+from common.sampling import SamplingParams
 from common.window import Attention, Forward, Outcome
 
 
@@ -81,22 +81,27 @@ class QuadraticSelfSpecDecoder(Decoder):
         chain, start = [self.last_token] + self.drafts.tolist(), self.num_tokens - 1
         return quadratic_forward(chain, start, self.config, grouped=self.groups_fit(len(chain), start) == len(chain))
 
-    def update(self, logits: torch.Tensor) -> Outcome:
+    def reads(self, forward: Forward) -> RowReading:
+        """The chain's rows verify; the groups' slots draft, never the mask token."""
+        return RowReading(self.config.mask_token_id, from_row=self.drafts.numel() + 1)
+
+    def update(self, rows: RowStats) -> Outcome:
         m, k = self.drafts.numel() + 1, self.config.block_size
-        chain, groups = logits[:m], logits[m:].reshape(-1, k, logits.shape[-1])
         if self.sampling.greedy:
-            self.note_margin(margins.top2(chain))
-        committed = verify(self.drafts, chain, self.sampling, self.generator, self.draft_probs)
+            self.note_margin(float(rows.margin[:m].min()))
+            committed = accept_greedy(self.drafts.tolist(), rows.token[:m])
+        else:
+            committed = verify(self.drafts, rows.logits[:m], self.sampling, self.generator, self.draft_probs)
         self.acceptance.record(self.drafts.numel(), len(committed) - 1)
         self.drafts, self.draft_probs = torch.zeros(0, dtype=torch.long), None
-        if not groups.numel():
+        if len(rows) == m:
             return Outcome(committed, kv_keep=len(committed))
-        slots = groups[len(committed) - 1, 1:]  # the last accepted token's group, after the bonus
+        slots = m + (len(committed) - 1) * k + torch.arange(1, k)  # the last accepted token's group, after the bonus
         start = self.num_tokens + len(committed) - 1
         width = min(draft_width(k - 1, self.remaining - len(committed)), self.groups_fit(k, start) - 1)
-        if width > 0:
-            if self.sampling.greedy:
-                self.note_margin(margins.top2(without_token(slots[:width], self.config.mask_token_id)))
-            self.drafts, self.draft_probs = propose(slots[:width], self.config.mask_token_id, self.sampling,
-                                                    self.generator)
+        if width > 0 and self.sampling.greedy:
+            self.drafts = self.pick_rows(rows, slots[:width])
+        elif width > 0:
+            self.drafts, self.draft_probs = propose(rows.logits[slots[:width]], self.config.mask_token_id,
+                                                    self.sampling, self.generator)
         return Outcome(committed, kv_keep=len(committed))

@@ -14,6 +14,7 @@ import torch
 from common import margins
 from common.decoder import Decoder, Limits
 from common.errors import require, require_mask_token
+from common.row_stats import RowReading, RowStats
 from common.sampling import SamplingParams
 from common.window import Forward, Outcome, causal_forward
 
@@ -34,12 +35,10 @@ class WeDLMConfig:
                 self.mask_token_id)
 
 
-def select_masks(logits: torch.Tensor, slots: torch.Tensor, threshold: float | None, penalty: float
+def select_masks(entropy: torch.Tensor, slots: torch.Tensor, threshold: float | None, penalty: float
                  ) -> tuple[torch.Tensor, float]:
     """Boolean over mask rows: entropy + penalty * (slot distance to the leftmost mask) below tau, else the best;
     and the decision's slack (`common.margins`)."""
-    log_probs = logits.float().log_softmax(-1)
-    entropy = -(log_probs.exp() * log_probs).sum(-1)
     adjusted = entropy + penalty * (slots - slots[0]).float()
     chosen = adjusted < threshold if threshold is not None else torch.zeros_like(adjusted, dtype=torch.bool)
     slack = margins.threshold(adjusted, threshold) if threshold is not None else float("inf")
@@ -95,7 +94,10 @@ class WeDLMDecoder(Decoder):
             logit_rows=torch.arange(n_filled, len(order)),
         )
 
-    def update(self, logits: torch.Tensor) -> Outcome:
+    def reads(self, forward: Forward) -> RowReading:
+        return RowReading()
+
+    def update(self, rows: RowStats) -> Outcome:
         p = self.leading_filled
         committed = self.slots[:p]
         masks = [i - p for i, f in enumerate(self.filled) if not f]
@@ -103,9 +105,10 @@ class WeDLMDecoder(Decoder):
         ends = any(t in self.limits.eos_token_ids for t in committed) or p >= self.remaining
         if masks and not ends:
             slots = torch.tensor(masks)
-            chosen, slack = select_masks(logits, slots, self.config.entropy_threshold, self.config.distance_penalty)
+            chosen, slack = select_masks(rows.entropy, slots, self.config.entropy_threshold,
+                                         self.config.distance_penalty)
             self.note_margin(slack)
-            tokens = self.pick(logits[chosen]).tolist()
+            tokens = self.pick_rows(rows, chosen).tolist()
             for slot, token in zip(slots[chosen].tolist(), tokens, strict=True):
                 self.slots[slot] = token
                 self.filled[slot] = True

@@ -16,6 +16,7 @@ from sglang.srt.mem_cache.allocation import alloc_token_slots
 
 from common.decoder import Decoder, Limits
 from common.methods import make_decoder
+from common.row_stats import apply_rows
 from common.window import Forward, after_rows
 from sglang_plugin.worker import PluginWorker, sampling_of
 
@@ -36,13 +37,9 @@ class CommitRequest:
         cached = decoder.cache_len if self.planned is not None else decoder.num_tokens - 1
         return after_rows(self.planned, decoder.tokens[self.pooled : cached], self.pooled)
 
-    def digest(self, window: Forward, logits: torch.Tensor) -> None:
-        """Feed the decoder its rows of the window's logits; the window's KV is now pooled."""
-        if self.planned is None:
-            self.pooled += window.num_tokens
-            return
-        self.decoder.apply(logits[window.logit_rows.to(logits.device)].float().cpu())
-        self.pooled = self.decoder.cache_len
+    def digested(self, window: Forward) -> None:
+        """The window's KV is now pooled (its decoder, if it planned one, has digested the window's rows)."""
+        self.pooled = self.pooled + window.num_tokens if self.planned is None else self.decoder.cache_len
 
     def emittable(self, emitted: int) -> list[int]:
         """Committed tokens SGLang may take now, `emitted` being its output length: every token before the last
@@ -86,9 +83,16 @@ class CommitWorker(PluginWorker):
         finally:
             if slots is not None:
                 self.token_to_kv_pool_allocator.free(slots.flatten())
-        for row, (state, window) in enumerate(zip(states, windows, strict=True)):
+        digesting = [(row, state, window) for row, (state, window) in enumerate(zip(states, windows, strict=True))
+                     if state is not None and state.planned is not None]
+        if digesting:
+            rows = [row * width + window.logit_rows for row, _, window in digesting]
+            apply_rows([state.decoder for _, state, _ in digesting],
+                       logits.flatten(0, 1).index_select(0, torch.cat(rows).to(logits.device)),
+                       [len(r) for r in rows])
+        for state, window in zip(states, windows, strict=True):
             if state is not None:
-                state.digest(window, logits[row])
+                state.digested(window)
 
     def scratch(self, batch: Any, starts: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor]:
         """KV locations for a window from each `starts` and the fresh slots they take past SGLang's tokens

@@ -12,6 +12,6 @@ from scripts import stress
 from tests.test_stress import check
 
 
-@pytest.mark.parametrize("method", ["wedlm", "jacobi"])
+@pytest.mark.parametrize("method", ["wedlm", pytest.param("jacobi", marks=pytest.mark.sweep)])
 def test_short_stress_on_the_sglang_server(tmp_path, method):
     check(stress.run("sglang", method, tmp_path / "models", duration=24, concurrency=16, distinct=12, rounds=2))

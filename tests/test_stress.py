@@ -19,6 +19,6 @@ def check(report: stress.Report) -> None:
     assert report.still_serving
 
 
-@pytest.mark.parametrize("method", ["wedlm", "diffusion_self"])
+@pytest.mark.parametrize("method", ["wedlm", pytest.param("diffusion_self", marks=pytest.mark.sweep)])
 def test_short_stress_on_the_vllm_server(tmp_path, method):
     check(stress.run("vllm", method, tmp_path / "models", duration=24, concurrency=16, distinct=12, rounds=2))

@@ -32,7 +32,9 @@ WIDTH = 8  # the widest window or block above
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0], ids=["greedy", "sampled"])
-@pytest.mark.parametrize("spec", SPECS, ids=lambda s: "-".join(f"{v}" for v in s.values()))
+@pytest.mark.parametrize("spec", [SPECS[0], pytest.param(SPECS[1], marks=pytest.mark.sweep), SPECS[2],
+                                  pytest.param(SPECS[3], marks=pytest.mark.sweep)], ids=lambda s: "-".join(
+                                      f"{v}" for v in s.values()))
 def test_equals_reference_cli(engine_dir, prompts, tmp_path, spec, temperature):
     """Also: the output for max_tokens = n is a prefix of the output for n + 2W (the window keeps its width to
     the end), in the same batch."""
@@ -95,14 +97,26 @@ def test_wedlm_p_cache_and_tokens_per_forward_in_metrics(engine_dir, prompts):
 def test_committed_kv_equals_fresh_prefill(engine_dir, prompts, monkeypatch, spec):
     """The KV a method committed, reused through vLLM's prefix cache, gives the logits of a fresh prefill."""
     prefill_logits: dict[tuple[int, ...], torch.Tensor] = {}
-    commit = CommitProposer.commit
+    started: list[str] = []
+    start, before_sample = CommitProposer.start, CommitProposer.before_sample
 
-    def spy(self, state, sampled):
-        if state.decoder.forwards == 0:
-            prefill_logits[tuple(state.decoder.prompt)] = sampled[-1].float().cpu().clone()
-        return commit(self, state, sampled)
+    def spy_start(self, runner, req_id):
+        started.append(req_id)
+        return start(self, runner, req_id)
 
-    monkeypatch.setattr(CommitProposer, "commit", spy)
+    def spy(self, runner, logits, metadata):
+        """The last logit row of each request whose prompt this step completed."""
+        started.clear()
+        output = before_sample(self, runner, logits, metadata)
+        batch = runner.input_batch
+        ends = metadata.cu_num_sampled_tokens.tolist() if metadata is not None else range(1, batch.num_reqs + 1)
+        for req_id, end in zip(batch.req_ids, ends, strict=True):
+            if req_id in started:
+                prefill_logits[tuple(self.requests[req_id].decoder.prompt)] = logits[end - 1].float().cpu().clone()
+        return output
+
+    monkeypatch.setattr(CommitProposer, "start", spy_start)
+    monkeypatch.setattr(CommitProposer, "before_sample", spy)
     with engine(engine_dir["qwen3"], spec) as llm:
         outputs = llm.generate(prompts[:4], SamplingParams(temperature=0, max_tokens=80, ignore_eos=True))
         sequences = [list(o.prompt_token_ids) + list(o.outputs[0].token_ids) for o in outputs]

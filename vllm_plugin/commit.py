@@ -16,6 +16,7 @@ import torch
 
 from common.decoder import Decoder, Limits
 from common.methods import make_decoder
+from common.row_stats import apply_rows
 from common.window import Forward
 from vllm_plugin.proposer import PluginProposer, request_sampling
 
@@ -64,12 +65,18 @@ class CommitProposer(PluginProposer):
                 and request.num_computed_tokens == state.decoder.cache_len)
 
     def before_sample(self, runner: Any, logits: torch.Tensor, metadata: Any) -> Any:
+        """The step's committed tokens: a request's pending ones, or what its decoder digests from the forward.
+
+        vLLM computes logits for a request's last rows: all of a window's rows (WeDLM's, after one row it does not
+        own), the block's rows, or a prompt's last row; the planned forward's rows end with them.
+        """
         from vllm.v1.outputs import SamplerOutput
 
         batch = runner.input_batch
         ends = metadata.cu_num_sampled_tokens.tolist() if metadata is not None else range(1, batch.num_reqs + 1)
         queries = runner.query_start_loc.np[: batch.num_reqs + 1]
-        committed: list[list[int]] = []
+        committed: list[list[int]] = [[] for _ in batch.req_ids]
+        digesting: list[tuple[int, Decoder, torch.Tensor]] = []  # batch row, decoder, its rows of `logits`
         start = 0
         for row, (req_id, end) in enumerate(zip(batch.req_ids, ends, strict=True)):
             scheduled = int(queries[row + 1] - queries[row])
@@ -79,26 +86,23 @@ class CommitProposer(PluginProposer):
                     state = self.start(runner, req_id)
             elif state.pending is None and not self.scheduled_window(runner, req_id, state, scheduled):
                 state = None  # the decoder goes on with the window planned again
-            committed.append([] if state is None else self.commit(state, logits[start:end]))
+            if state is not None and state.pending is not None:
+                committed[row], state.pending, state.forward = state.pending, None, None
+            elif state is not None:
+                forward, state.forward = state.forward, None
+                digesting.append((row, state.decoder, forward.logit_rows + (end - forward.num_tokens)))
             start = end
+        if digesting:
+            rows = [rows for _, _, rows in digesting]
+            outcomes = apply_rows([decoder for _, decoder, _ in digesting],
+                                  logits.index_select(0, torch.cat(rows).to(logits.device)), [len(r) for r in rows])
+            for (row, _, _), outcome in zip(digesting, outcomes, strict=True):
+                committed[row] = outcome.committed
         width = max(2, *(len(tokens) + 1 for tokens in committed))
         out = torch.full((len(committed), width), -1, dtype=torch.int32)
         for row, tokens in enumerate(committed):
             out[row, : len(tokens)] = torch.tensor(tokens, dtype=torch.int32)
         return SamplerOutput(sampled_token_ids=out.to(logits.device), logprobs_tensors=None)
-
-    def commit(self, state: CommitRequest, sampled: torch.Tensor) -> list[int]:
-        """The tokens this step commits: the decoder digests its planned forward, whose last rows are `sampled`.
-
-        vLLM computes logits for a request's last `sampled` rows: all of a window's rows (WeDLM's, after one
-        row it does not own), the block's rows, or a prompt's last row.
-        """
-        if state.pending is not None:
-            tokens, state.pending, state.forward = state.pending, None, None
-            return tokens
-        forward, state.forward = state.forward, None
-        rows = forward.logit_rows - (forward.num_tokens - sampled.shape[0])
-        return state.decoder.apply(sampled[rows.to(sampled.device)].float().cpu()).committed
 
     def draft(
         self, runner: Any, scheduler_output: Any, sampled_token_ids: list[list[int]]

@@ -4,6 +4,7 @@ revealed block is the step's draft and one causal forward commits it with its KV
 
 from typing import Any
 
+from common.row_stats import apply_rows
 from common.window import Attention
 from vllm_plugin.commit import CommitProposer, CommitRequest
 from vllm_plugin.paged_forward import PagedWindow, run_windows
@@ -24,11 +25,12 @@ class DiffusionProposer(CommitProposer):
                     drafts[row] = forward.token_ids[1:].tolist()
             if not revealing:
                 break
-            logits = run_windows(runner, [window for _, _, window in revealing]).float().cpu()
+            logits = run_windows(runner, [window for _, _, window in revealing])
             widths = [window.forward.logit_rows.numel() for _, _, window in revealing]
+            outcomes = apply_rows([state.decoder for _, state, _ in revealing], logits, widths)
             planned = []
-            for (row, state, _), rows in zip(revealing, logits.split(widths), strict=True):
-                committed = state.decoder.apply(rows).committed
+            for (row, state, _), outcome in zip(revealing, outcomes, strict=True):
+                committed = outcome.committed
                 if committed:
                     state.pending = drafts[row] = committed
                 else:

@@ -58,7 +58,8 @@ class DiffusionSelfProposer(PluginProposer):
         for window, rows, (sampling, generator) in zip(windows, logits.split(widths), requests, strict=True):
             tokens, q = propose(rows.cpu(), self.config.mask_token_id, sampling, generator)
             drafts[window.row] = tokens.tolist()
-            probs[window.row, : len(tokens)] = q.to(probs.device)
+            if q is not None:  # a greedy row's verification reads no proposal
+                probs[window.row, : len(tokens)] = q.to(probs.device)
         return drafts, probs
 
 

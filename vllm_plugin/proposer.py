@@ -1,6 +1,5 @@
 """The base of our vLLM proposers: the method's typed config, per-request sampling, and the runner hooks."""
 
-from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import torch
@@ -20,12 +19,9 @@ def request_sampling(params: Any) -> SamplingParams:
     return SamplingParams(temperature=temperature, top_p=params.top_p, top_k=max(params.top_k, 0), seed=params.seed)
 
 
-class PluginProposer:
-    """A `custom_class` proposer driven through `runner_hooks` with the model runner in hand.
-
-    Subclasses implement `draft` (called after each step's bookkeeping) and may implement `before_sample`
-    (called with the step's logits before vLLM's sampler, whose output it may replace).
-    """
+class PluginProposer(runner_hooks.Hooked):
+    """A `custom_class` proposer driven through `runner_hooks` with the model runner in hand: its per-request
+    sampling, generators and state, and the method's typed config."""
 
     def __init__(self, vllm_config: Any) -> None:
         settings = vllm_config.additional_config[ADDITIONAL_CONFIG_KEY]
@@ -72,25 +68,3 @@ class PluginProposer:
             self.sampling.pop(req_id, None)
             self.generators.pop(req_id, None)
             self.requests.pop(req_id, None)
-
-    def draft(
-        self, runner: Any, scheduler_output: Any, sampled_token_ids: list[list[int]]
-    ) -> tuple[list[list[int]], torch.Tensor | None]:
-        """Draft tokens per batch row, and the proposal probabilities [rows, k, vocab] when any row samples."""
-        raise NotImplementedError
-
-    def before_sample(self, runner: Any, logits: torch.Tensor, metadata: Any) -> Any:
-        """See the step's logits (rows laid out by `metadata`, None without drafts) before vLLM samples.
-
-        Return None to let vLLM's sampler and rejection sampler decide, or a `SamplerOutput` holding the tokens
-        this step commits per request (methods whose commit rule is not rejection sampling).
-        """
-        return None
-
-    def positions(self, runner: Any, positions: torch.Tensor) -> None:
-        """Rewrite, in place, the RoPE positions of the step about to run (methods whose windows reorder)."""
-
-    def attending(self, runner: Any) -> AbstractContextManager:
-        """What the attention layers do beyond the engine's causal pass while the step runs (methods whose
-        windows need a structured mask); nothing by default."""
-        return nullcontext()

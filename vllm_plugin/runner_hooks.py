@@ -1,16 +1,48 @@
 """The runner hooks our proposers need, installed only in a worker whose proposer is one of ours.
 
 vLLM's `custom_class` proposer sees neither the model runner, nor the step's logits, nor its positions. These
-wrappers hand them to a `PluginProposer` and pass straight through for any other drafter, so an engine in the
+wrappers hand them to a `Hooked` proposer and pass straight through for any other drafter, so an engine in the
 same process that uses another method behaves exactly as without the plugin.
 """
 
 import functools
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import torch
 
 _installed = False
+
+
+class Hooked:
+    """What the hooks call on a proposer of ours (`vllm_plugin.proposer.PluginProposer`): `draft` after each
+    step's bookkeeping, `before_sample` with the step's logits, `positions` and `attending` around its forward,
+    `forget` with the requests vLLM finished."""
+
+    def draft(
+        self, runner: Any, scheduler_output: Any, sampled_token_ids: list[list[int]]
+    ) -> tuple[list[list[int]], torch.Tensor | None]:
+        """Draft tokens per batch row, and the proposal probabilities [rows, k, vocab] when any row samples."""
+        raise NotImplementedError
+
+    def before_sample(self, runner: Any, logits: torch.Tensor, metadata: Any) -> Any:
+        """See the step's logits (rows laid out by `metadata`, None without drafts) before vLLM samples.
+
+        Return None to let vLLM's sampler and rejection sampler decide, or a `SamplerOutput` holding the tokens
+        this step commits per request (methods whose commit rule is not rejection sampling).
+        """
+        return None
+
+    def positions(self, runner: Any, positions: torch.Tensor) -> None:
+        """Rewrite, in place, the RoPE positions of the step about to run (methods whose windows reorder)."""
+
+    def attending(self, runner: Any) -> AbstractContextManager:
+        """What the attention layers do beyond the engine's causal pass while the step runs (methods whose
+        windows need a structured mask); nothing by default."""
+        return nullcontext()
+
+    def forget(self, finished_req_ids: set[str]) -> None:
+        """Drop the state of requests vLLM has finished or aborted."""
 
 
 def install() -> None:
@@ -20,8 +52,6 @@ def install() -> None:
     if _installed:
         return
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
-
-    from vllm_plugin.proposer import PluginProposer
 
     propose_draft_token_ids = GPUModelRunner.propose_draft_token_ids
     input_fits_in_drafter = GPUModelRunner._input_fits_in_drafter
@@ -33,7 +63,7 @@ def install() -> None:
     @functools.wraps(propose_draft_token_ids)
     def propose_with_runner(self: Any, scheduler_output: Any, sampled_token_ids: Any, *args: Any, **kwargs: Any):
         drafter = getattr(self, "drafter", None)
-        if not isinstance(drafter, PluginProposer):
+        if not isinstance(drafter, Hooked):
             return propose_draft_token_ids(self, scheduler_output, sampled_token_ids, *args, **kwargs)
         drafts, probs = drafter.draft(self, scheduler_output, sampled_token_ids)
         self._draft_probs = probs
@@ -45,7 +75,7 @@ def install() -> None:
         """Drop the plugin's state of finished and aborted requests in every step, also the empty one vLLM runs
         only to announce them."""
         drafter = getattr(self, "drafter", None)
-        if isinstance(drafter, PluginProposer):
+        if isinstance(drafter, Hooked):
             drafter.forget(scheduler_output.finished_req_ids)
         return update_states(self, scheduler_output)
 
@@ -53,14 +83,14 @@ def install() -> None:
     def fits_our_drafter(self: Any, common_attn_metadata: Any) -> bool:
         """vLLM skips drafting for the whole batch (and schedules zeros) once its longest request is within
         `num_speculative_tokens` of the model length; our proposers keep each request's windows inside it."""
-        if isinstance(getattr(self, "drafter", None), PluginProposer):
+        if isinstance(getattr(self, "drafter", None), Hooked):
             return True
         return input_fits_in_drafter(self, common_attn_metadata)
 
     @functools.wraps(sample)
     def sample_committed(self: Any, logits: torch.Tensor | None, spec_decode_metadata: Any) -> Any:
         drafter = getattr(self, "drafter", None)
-        if isinstance(drafter, PluginProposer) and logits is not None:
+        if isinstance(drafter, Hooked) and logits is not None:
             output = drafter.before_sample(self, logits, spec_decode_metadata)
             if output is not None:
                 return output
@@ -72,7 +102,7 @@ def install() -> None:
         partial window of ours under load) by moving its philox offset, which a CPU generator does not have: the
         engine dies ("CPU Generator does not use offset"). Such a request samples this step without its CPU
         generator, which stays as it was: the rewind's effect."""
-        if not isinstance(getattr(self, "drafter", None), PluginProposer):
+        if not isinstance(getattr(self, "drafter", None), Hooked):
             return sample_tokens(self, *args, **kwargs)
         generators = self.input_batch.generators
         discarded = self.discard_request_mask.np[: self.input_batch.num_reqs].nonzero()[0].tolist()
@@ -85,7 +115,7 @@ def install() -> None:
     @functools.wraps(model_forward)
     def model_forward_positioned(self: Any, input_ids: Any = None, positions: Any = None, *args: Any, **kwargs: Any):
         drafter = getattr(self, "drafter", None)
-        if not isinstance(drafter, PluginProposer) or positions is None:
+        if not isinstance(drafter, Hooked) or positions is None:
             return model_forward(self, input_ids, positions, *args, **kwargs)
         drafter.positions(self, positions)
         with drafter.attending(self):

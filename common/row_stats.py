@@ -1,0 +1,89 @@
+"""Logit rows reduced to what a decoder's decision reads (argmax, its slack, entropy, confidence), computed for a
+whole batch of requests in one pass: engines hand greedy decoders these few numbers per row instead of
+full-vocabulary rows copied to the host per request (`apply_rows`). A decoder given plain logits reduces them
+with the same kernel, so the per-request reference and the engines' batched path decide alike."""
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from common.decoder import Decoder
+    from common.window import Outcome
+
+
+@dataclass(frozen=True)
+class RowReading:
+    """How a decoder's next update reads its rows: as `RowStats`, `excluded` (the mask token) never chosen in the
+    rows from `from_row` on (a forward's mask slots, after rows that verify)."""
+
+    excluded: int | None = None
+    from_row: int = 0
+
+
+@dataclass
+class RowStats:
+    """Per row: `token` the argmax, `margin` its slack (`common.margins.top2`), `entropy` and `confidence` (the
+    argmax's probability) of the softmax; `logits` (after the exclusion) kept where the decoder samples."""
+
+    token: torch.Tensor
+    margin: torch.Tensor
+    entropy: torch.Tensor
+    confidence: torch.Tensor
+    logits: torch.Tensor | None = None
+
+    @classmethod
+    def of(cls, logits: torch.Tensor, excluded: int | None = None, keep_logits: bool = False,
+           excluding: torch.Tensor | None = None) -> "RowStats":
+        """The stats of `logits`' rows, `excluded` never chosen in the rows `excluding` marks (default: all)."""
+        logits = logits.float()
+        if excluded is not None:
+            logits = logits.clone()
+            logits[slice(None) if excluding is None else excluding.to(logits.device), excluded] = float("-inf")
+        log_probs = logits.log_softmax(-1)
+        probs = log_probs.exp()
+        plogp = probs * log_probs if excluded is None else torch.where(probs > 0, probs * log_probs, 0.0)
+        token = logits.argmax(-1)
+        best = logits.topk(2, dim=-1).values
+        scale = logits.masked_fill(~logits.isfinite(), 0.0).abs().amax(-1).clamp_min(1e-30)
+        return cls(token, (best[:, 0] - best[:, 1]) / scale, -plogp.sum(-1), probs.gather(-1, token[:, None])[:, 0],
+                   logits if keep_logits else None)
+
+    def __len__(self) -> int:
+        return self.token.numel()
+
+    def host(self) -> "RowStats":
+        """On the host, in one copy (float32 values and token ids are exact in float64)."""
+        values = torch.stack([self.token.double(), self.margin.double(), self.entropy.double(),
+                              self.confidence.double()]).cpu()
+        logits = None if self.logits is None else self.logits.cpu()
+        return RowStats(values[0].long(), values[1].float(), values[2].float(), values[3].float(), logits)
+
+    def split(self, sizes: Sequence[int]) -> list["RowStats"]:
+        parts = zip(*(t.split(list(sizes)) for t in (self.token, self.margin, self.entropy, self.confidence)),
+                    strict=True)
+        return [RowStats(*part) for part in parts]
+
+
+def apply_rows(decoders: Sequence["Decoder"], logits: torch.Tensor, sizes: Sequence[int]) -> list["Outcome"]:
+    """Each decoder digests its `sizes[i]` consecutive rows of `logits` (any device). Greedy decoders that read
+    `RowStats` get them from one pass per exclusion over all their rows and one copy to the host; the others get
+    their rows as float32 on the host."""
+    starts = torch.tensor([0, *sizes]).cumsum(0).tolist()
+    inputs: list[torch.Tensor | RowStats | None] = [None] * len(decoders)
+    batched: dict[int | None, list[int]] = {}
+    for i, decoder in enumerate(decoders):
+        reading = decoder.reading
+        if reading is not None and decoder.sampling.greedy:
+            batched.setdefault(reading.excluded, []).append(i)
+        else:
+            inputs[i] = logits[starts[i] : starts[i + 1]].float().cpu()
+    for excluded, members in batched.items():
+        index = torch.cat([torch.arange(starts[i], starts[i + 1]) for i in members]).to(logits.device)
+        excluding = torch.cat([torch.arange(sizes[i]) >= decoders[i].reading.from_row for i in members])
+        stats = RowStats.of(logits.index_select(0, index), excluded, excluding=excluding).host()
+        for i, part in zip(members, stats.split([sizes[i] for i in members]), strict=True):
+            inputs[i] = part
+    return [decoder.apply(rows) for decoder, rows in zip(decoders, inputs, strict=True)]
