@@ -7,15 +7,19 @@ the other way; tests that compare token sequences across computations cut them a
 import torch
 
 
-def top2(logits: torch.Tensor) -> float:
-    """Smallest (top-1 - top-2 logit) / max |logit| over rows: the slack of the rows' argmax."""
+def top2_rows(logits: torch.Tensor) -> torch.Tensor:
+    """Per row, (top-1 - top-2 logit) / max |finite logit|: the slack of the row's argmax."""
     logits = logits.float()
+    best = logits.topk(2, dim=-1).values
+    scale = logits.masked_fill(~logits.isfinite(), 0.0).abs().amax(-1).clamp_min(1e-30)
+    return (best[..., 0] - best[..., 1]) / scale
+
+
+def top2(logits: torch.Tensor) -> float:
+    """Smallest `top2_rows` over rows: the slack of the rows' argmax."""
     if logits.shape[-1] < 2 or logits.numel() == 0:
         return float("inf")
-    finite = logits.masked_fill(~logits.isfinite(), 0.0)
-    best = logits.topk(2, dim=-1).values
-    scale = finite.abs().amax(-1).clamp_min(1e-30)
-    return float(((best[..., 0] - best[..., 1]) / scale).min())
+    return float(top2_rows(logits).min())
 
 
 def threshold(values: torch.Tensor, tau: float) -> float:

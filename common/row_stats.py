@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from common import margins
+
 if TYPE_CHECKING:
     from common.decoder import Decoder
     from common.window import Outcome
@@ -25,7 +27,7 @@ class RowReading:
 
 @dataclass
 class RowStats:
-    """Per row: `token` the argmax, `margin` its slack (`common.margins.top2`), `entropy` and `confidence` (the
+    """Per row: `token` the argmax, `margin` its slack (`common.margins.top2_rows`), `entropy` and `confidence` (the
     argmax's probability) of the softmax; `logits` (after the exclusion) kept where the decoder samples."""
 
     token: torch.Tensor
@@ -46,9 +48,7 @@ class RowStats:
         probs = log_probs.exp()
         plogp = probs * log_probs if excluded is None else torch.where(probs > 0, probs * log_probs, 0.0)
         token = logits.argmax(-1)
-        best = logits.topk(2, dim=-1).values
-        scale = logits.masked_fill(~logits.isfinite(), 0.0).abs().amax(-1).clamp_min(1e-30)
-        return cls(token, (best[:, 0] - best[:, 1]) / scale, -plogp.sum(-1), probs.gather(-1, token[:, None])[:, 0],
+        return cls(token, margins.top2_rows(logits), -plogp.sum(-1), probs.gather(-1, token[:, None])[:, 0],
                    logits if keep_logits else None)
 
     def __len__(self) -> int:
