@@ -44,3 +44,16 @@ def test_profile_step_splits_each_step(tmp_path):
     jacobi = records["jacobi"]
     assert jacobi["per_step_vs_ngram"] == jacobi["step_ms"] / records["ngram-8"]["step_ms"]
     assert jacobi["rows_per_step"] > records["ar"]["rows_per_step"]
+
+
+def test_digest_bench_times_both_paths(tmp_path):
+    """`scripts.digest_bench` times the batched digest and the per-request one on the same rows and reports both
+    per method and batch size."""
+    from scripts.digest_bench import main
+
+    main(["--device", "cpu", "--vocab", "256", "--batch-sizes", "1,3", "--steps", "4",
+          "--json", str(tmp_path / "d.json")])
+    report = json.loads((tmp_path / "d.json").read_text())
+    assert {(r["method"], r["batch"]) for r in report["results"]} == {
+        (m, b) for m in ("wedlm", "diffusion", "diffusion_self_quadratic") for b in (1, 3)}
+    assert all(r["batched_ms"] > 0 and r["per_request_ms"] > 0 and r["rows_per_step"] > 0 for r in report["results"])

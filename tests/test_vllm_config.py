@@ -184,3 +184,14 @@ def test_huginn_tensor_parallel_refused_before_the_checkpoint(v2_env):
                            kv_transfer_config=None, tensor_parallel_size=2)
     with pytest.raises(ConfigError, match=r"huginn runs with tensor_parallel_size 1 only.*got 2"):
         translate(args, None)
+
+
+@pytest.mark.parametrize("method", [{"method": "wedlm"}, {"method": "diffusion_self", "mode": "quadratic",
+                                     "num_speculative_tokens": 3}])
+def test_processed_logprobs_mode_refused_for_committing_methods(v2_env, method):
+    """Their decoders, not vLLM's sampler, process the logits: the raw modes are reported, the processed refused."""
+    v2_env(None)
+    args = jacobi_args(tensor_parallel_size=1, logprobs_mode="processed_logprobs")
+    args.speculative_config = method
+    with pytest.raises(ConfigError, match=r"reports logprobs_mode raw_logprobs or raw_logits.*'processed_logprobs'"):
+        translate(args, None)

@@ -117,9 +117,10 @@ REFUSED = [("logprobs", {"logprobs": 2}), ("presence_penalty", {"presence_penalt
 
 
 def test_unapplied_options_refused_by_name(server, spec, cases):
-    """`wedlm` and `diffusion` refuse, with a 400 naming it, every per-request option their decoders would not
-    apply (sampled requests: greedy ones make vLLM drop min_p), and keep serving. The lossless methods leave them to
-    vLLM, whose rejection sampler applies them and which refuses min_p and logit_bias with any speculation."""
+    """`wedlm`, `diffusion` and `huginn` refuse, with a 400 naming it, every per-request option their decoders would
+    not apply (sampled requests: greedy ones make vLLM drop min_p), and keep serving; `logprobs` all but `huginn`
+    report. The lossless methods leave them to vLLM, whose rejection sampler applies them and which refuses min_p
+    and logit_bias with any speculation."""
     prompt, _, text, _, _ = cases[0]
     for name, extra in REFUSED:
         create = functools.partial(server.completions.create, model="tiny", prompt=prompt, max_tokens=4,
@@ -127,6 +128,12 @@ def test_unapplied_options_refused_by_name(server, spec, cases):
         if spec["method"] in LOSSLESS and name not in ("min_p", "logit_bias"):
             if name not in ("structured_outputs", "prompt_logprobs"):
                 create()
+            continue
+        if name == "logprobs" and spec["method"] != "huginn":  # reported (tests/test_vllm_logprobs.py)
+            out = create()
+            reported = out.choices[0].logprobs
+            assert len(reported.token_logprobs) == out.usage.completion_tokens
+            assert all(-9999 < lp <= 0 for lp in reported.token_logprobs) and all(reported.top_logprobs)
             continue
         with pytest.raises(openai.BadRequestError, match=name):
             create()

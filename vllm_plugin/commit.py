@@ -17,15 +17,20 @@ import torch
 from common.decoder import Decoder, Limits
 from common.methods import make_decoder
 from common.row_stats import apply_rows
-from common.window import Forward
+from common.window import Forward, causal_forward
+from vllm_plugin.logprobs import CommittedStep, committed_logprobs
 from vllm_plugin.proposer import PluginProposer, request_sampling
 
 
 @dataclass
 class CommitRequest:
+    """A request's decoder, the forward planned for the next step, tokens settled ahead of the step that emits
+    them (`pending`), and, when it asks for logprobs, the row carried for its next token (`vllm_plugin.logprobs`)."""
+
     decoder: Decoder
     forward: Forward | None = None
     pending: list[int] | None = None
+    carried: torch.Tensor | None = None
 
 
 class CommitProposer(PluginProposer):
@@ -77,6 +82,7 @@ class CommitProposer(PluginProposer):
         queries = runner.query_start_loc.np[: batch.num_reqs + 1]
         committed: list[list[int]] = [[] for _ in batch.req_ids]
         digesting: list[tuple[int, Decoder, torch.Tensor]] = []  # batch row, decoder, its rows of `logits`
+        reporting: dict[int, tuple[CommittedStep, CommitRequest]] = {}  # batch rows asking for logprobs
         start = 0
         for row, (req_id, end) in enumerate(zip(batch.req_ids, ends, strict=True)):
             scheduled = int(queries[row + 1] - queries[row])
@@ -87,22 +93,33 @@ class CommitProposer(PluginProposer):
             elif state.pending is None and not self.scheduled_window(runner, req_id, state, scheduled):
                 state = None  # the decoder goes on with the window planned again
             if state is not None and state.pending is not None:
-                committed[row], state.pending, state.forward = state.pending, None, None
+                decoder, tokens = state.decoder, state.pending
+                first = decoder.num_tokens - len(tokens)  # scheduled causally after the token before them
+                forward = causal_forward(decoder.tokens[first - 1 : first + len(tokens)], first - 1, [])
+                committed[row], state.pending, state.forward = tokens, None, None
             elif state is not None:
                 forward, state.forward = state.forward, None
                 digesting.append((row, state.decoder, forward.logit_rows + (end - forward.num_tokens)))
+            if state is not None and req_id in batch.num_logprobs:
+                reporting[row] = (CommittedStep(forward, committed[row], state.decoder.num_tokens, start, end), state)
             start = end
         if digesting:
             rows = [rows for _, _, rows in digesting]
             outcomes = apply_rows([decoder for _, decoder, _ in digesting],
                                   logits.index_select(0, torch.cat(rows).to(logits.device)), [len(r) for r in rows])
-            for (row, _, _), outcome in zip(digesting, outcomes, strict=True):
+            for (row, decoder, _), outcome in zip(digesting, outcomes, strict=True):
                 committed[row] = outcome.committed
+                if row in reporting:
+                    reporting[row][0].tokens, reporting[row][0].num_tokens = outcome.committed, decoder.num_tokens
         width = max(2, *(len(tokens) + 1 for tokens in committed))
         out = torch.full((len(committed), width), -1, dtype=torch.int32)
         for row, tokens in enumerate(committed):
             out[row, : len(tokens)] = torch.tensor(tokens, dtype=torch.int32)
-        return SamplerOutput(sampled_token_ids=out.to(logits.device), logprobs_tensors=None)
+        logprobs = None
+        if reporting:
+            logprobs = committed_logprobs(logits, reporting, tuple(out.shape), batch.max_num_logprobs,
+                                          runner.model_config.logprobs_mode, runner.sampler)
+        return SamplerOutput(sampled_token_ids=out.to(logits.device), logprobs_tensors=logprobs)
 
     def draft(
         self, runner: Any, scheduler_output: Any, sampled_token_ids: list[list[int]]

@@ -19,6 +19,7 @@ from common.errors import ConfigError
 from common.huginn import check_engine_config
 from common.lora import adapter_path
 from common.methods import parse_config
+from vllm_plugin.logprobs import RAW_MODES
 
 SUPPORTED_VLLM = ((0, 32), (0, 34))
 MAX_SPEC_LEN = 128
@@ -78,6 +79,11 @@ def num_speculative_tokens(method: str, config: Any) -> int:
         k = config.num_speculative_tokens + 1
         return k * (k + 2) - 1  # a chain of up to k tokens, then a group of k + 1 rows per chain token
     return config.num_speculative_tokens
+
+
+def committing(method: str, mode: str | None = None) -> bool:
+    """Whether the method's decoder, not vLLM's sampler, picks the tokens (`mode`: `diffusion_self`'s)."""
+    return method in ("wedlm", "diffusion", "huginn") or (method == "diffusion_self" and mode == "quadratic")
 
 
 def engine_method(method: str, config: Any) -> EngineMethod:
@@ -174,6 +180,10 @@ def translate(engine_args: Any, model_config: Any) -> None:
     if method == "huginn" and engine_args.tensor_parallel_size > 1:
         refuse(ConfigError("method huginn runs with tensor_parallel_size 1 only (RavenForCausalLM's layers are not "
                            f"sharded here), got {engine_args.tensor_parallel_size}"))
+    reports = method != "huginn" and committing(method, getattr(config, "mode", None))
+    if reports and engine_args.logprobs_mode not in RAW_MODES:
+        refuse(ConfigError(f"method {method} reports logprobs_mode {' or '.join(RAW_MODES)} (its decoder, not vLLM's "
+                           f"sampler, processes the logits), got {engine_args.logprobs_mode!r}"))
     architectures = getattr(model_config.hf_config, "architectures", None) or []
     if (method == "huginn") != (HUGINN_ARCHITECTURE in architectures):
         refuse(ConfigError(f"method huginn serves {HUGINN_ARCHITECTURE} checkpoints, and they are served by method "

@@ -1,33 +1,31 @@
 """Per-request settings `wedlm`, `diffusion`, `huginn` and quadratic `diffusion_self` do not apply (their decoders
 replace vLLM's sampler and its logits processors), refused by name before a request is queued: the offline API
-raises, the OpenAI server answers 400.
+raises, the OpenAI server answers 400. `logprobs` they report (`vllm_plugin.logprobs`), all but `huginn`.
 
 The lossless methods are verified by vLLM's own rejection sampler, which applies them to the target."""
 
 import functools
 from typing import Any
 
-from vllm_plugin.config import ADDITIONAL_CONFIG_KEY
+from vllm_plugin.config import ADDITIONAL_CONFIG_KEY, committing
 
-COMMITTING = {"wedlm", "diffusion", "huginn"}
 # vLLM sampling parameters the committing methods do not apply, with the value that leaves them off.
 NEUTRAL = {"presence_penalty": 0.0, "frequency_penalty": 0.0, "repetition_penalty": 1.0, "min_p": 0.0,
            "min_tokens": 0, "logprobs": None, "prompt_logprobs": None, "logprob_token_ids": None,
            "structured_outputs": None, "logit_bias": None, "allowed_token_ids": None, "bad_words": None}
-
-
-def committing(method: str, config: dict[str, Any]) -> bool:
-    """Whether the method's decoder, not vLLM's sampler, picks the tokens."""
-    return method in COMMITTING or (method == "diffusion_self" and config.get("mode") == "quadratic")
+# What they report all the same, all but huginn (whose rows are latents' readouts, not AR's).
+REPORTED = {"logprobs"}
 
 
 def check(method: str, params: Any, config: dict[str, Any] | None = None) -> None:
     """Raise vLLM's validation error naming the first setting `method` would leave unapplied."""
     from vllm.exceptions import VLLMValidationError
 
-    if not committing(method, config or {}):
+    if not committing(method, (config or {}).get("mode")):
         return
     for name, neutral in NEUTRAL.items():
+        if name in REPORTED and method != "huginn":
+            continue
         value = getattr(params, name, neutral)
         if value != neutral and value not in ({}, []):
             raise VLLMValidationError(f"{name} is not applied with speculative method {method}: leave it unset "

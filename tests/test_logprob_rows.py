@@ -1,0 +1,85 @@
+"""`common.logprob_rows`: for every token a committing method commits, the row it names (in the committing forward,
+or carried from an earlier one) sees exactly the tokens before that token, as AR decoding's row does, and its
+logits are AR's: checked on the attention pattern itself and on the logits, greedy and sampled. The one gap:
+the tokens block diffusion settles at a request's end in a bidirectional reveal forward."""
+
+import pytest
+import torch
+
+from common.decoder import Limits
+from common.logprob_rows import logprob_rows
+from common.methods import make_decoder, parse_config
+from common.runner import ReferenceRunner
+from common.sampling import SamplingParams
+from common.window import Attention, Forward
+
+MAX_TOKENS = 23
+METHODS = [
+    ("wedlm", {"window": 6, "entropy_threshold": 3.0, "distance_penalty": 0.05}),
+    ("wedlm", {"window": 4, "entropy_threshold": None}),
+    ("diffusion", {"block_size": 5, "confidence_threshold": 0.3}),
+    ("diffusion_self_quadratic", {"block_size": 4}),
+]
+
+
+class AllRows(ReferenceRunner):
+    """The reference runner, keeping the logits of every row of every forward (as an engine computes them)."""
+
+    def logits(self, forward: Forward, decoder, cache) -> torch.Tensor:
+        every = Forward(forward.token_ids, forward.positions, torch.arange(forward.num_tokens), forward.attention,
+                        forward.mask, forward.adapter)
+        self.rows.append(super().logits(every, decoder, cache))
+        return self.rows[-1][forward.logit_rows]
+
+
+def seen(forward: Forward, row: int, prefix: int) -> list[tuple[int, int]]:
+    """(position, token) of what `row` attends to: the cached prefix's positions and the forwarded rows."""
+    visible = forward.visibility()[row].nonzero().flatten().tolist()
+    return sorted([(p, -1) for p in range(prefix)] + [(int(forward.positions[i]), int(forward.token_ids[i]))
+                                                      for i in visible])
+
+
+@pytest.mark.parametrize("sampling", [SamplingParams(), SamplingParams(temperature=1.0, seed=5)],
+                         ids=["greedy", "sampled"])
+@pytest.mark.parametrize(("method", "settings"), METHODS, ids=[f"{m}-{i}" for i, (m, _) in enumerate(METHODS)])
+def test_named_rows_are_ar_rows(qwen3, method, settings, sampling):
+    model, tokenizer = qwen3
+    config = parse_config(method, settings, mask_token_id=model.config.mask_token_id)
+    checked = 0
+    for text in ["def wrap(text, width=70):", "import os", "class Random(_random.Random):"]:
+        prompt = tokenizer.encode(text)
+        decoder = make_decoder(method, config, prompt, sampling, Limits(MAX_TOKENS))
+        runner = AllRows(model)
+        runner.rows = []
+        found: list[tuple[Forward, int, int, torch.Tensor]] = []  # per generated token: forward, row, prefix, logits
+        carried, prefix = None, 0
+        for step in runner.steps(decoder):
+            committed = len(step.outcome.committed)
+            named = logprob_rows(step.forward, decoder.num_tokens - committed, committed)
+            for j, row in enumerate(named.rows):
+                if row is not None:
+                    found.append((step.forward, row, prefix, runner.rows[-1][row]))
+                elif j == 0 and carried is not None:
+                    found.append(carried)
+                else:  # only block diffusion's end, settled in a reveal forward (engines forward it causally)
+                    assert method == "diffusion" and step.forward.attention is Attention.BIDIRECTIONAL
+                    assert decoder.finished
+                    found.append(None)
+            if named.next_row is not None:
+                carried = (step.forward, named.next_row, prefix, runner.rows[-1][named.next_row])
+            elif committed:
+                carried = None
+            prefix = decoder.cache_len
+        tokens = prompt + decoder.output
+        with torch.inference_mode():
+            ar = model(torch.tensor([tokens])).logits[0].float().log_softmax(-1)
+        assert len(found) == len(decoder.output)
+        for j, entry in enumerate(found):
+            if entry is None:
+                continue
+            forward, row, cached, logits = entry
+            q = len(prompt) + j
+            assert seen(forward, row, cached) == [(p, -1 if p < cached else tokens[p]) for p in range(q)]
+            torch.testing.assert_close(logits.log_softmax(-1), ar[q - 1], atol=1e-4, rtol=0)
+            checked += 1
+    assert checked >= 3 * 5
