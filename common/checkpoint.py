@@ -1,6 +1,7 @@
 """Loading a checkpoint for the reference runner and reading the ids decoding needs from it."""
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,13 @@ def eos_token_ids(model: PreTrainedModel, tokenizer: Any) -> tuple[int, ...]:
 NLD_MODEL_TYPE = "nemotron_labs_diffusion"
 # NLD names its Ministral3 decoder `encoder` and its one (untied) output head `diffusion_head`.
 NLD_WEIGHT_NAMES = {r"^encoder\.": "model.", r"^diffusion_head\.": "lm_head."}
+
+
+def stock_weight_name(name: str) -> str:
+    """An NLD weight name as the stock model names it (other names unchanged)."""
+    for pattern, replacement in NLD_WEIGHT_NAMES.items():
+        name = re.sub(pattern, replacement, name)
+    return name
 
 
 def stock_model_type(config: dict[str, Any]) -> str | None:

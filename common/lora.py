@@ -2,7 +2,6 @@
 model or an engine's (whose linear layers may return `(output, bias)`), with no second copy of the base weights."""
 
 import json
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -10,7 +9,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from common.checkpoint import NLD_WEIGHT_NAMES
+from common.checkpoint import stock_weight_name
 from common.errors import ConfigError
 
 
@@ -42,8 +41,7 @@ def module_name(key: str, modules: dict[str, torch.nn.Module]) -> str:
     """The model module a PEFT weight key targets: NLD's own names (`encoder.*`) are the stock model's."""
     name = key.removeprefix("base_model.model.").removesuffix(".lora_A.weight")
     if name not in modules:
-        for pattern, replacement in NLD_WEIGHT_NAMES.items():
-            name = re.sub(pattern, replacement, name)
+        name = stock_weight_name(name)
     if name not in modules:
         raise ConfigError(f"draft_adapter targets {name!r}, which the model does not have")
     return name

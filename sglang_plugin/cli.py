@@ -15,7 +15,7 @@ from common.draft_layout import complete_config
 from common.errors import ConfigError
 from common.huginn import check_engine_config
 from common.lora import adapter_path
-from common.methods import parse_config
+from common.methods import decoding_method, parse_config
 from sglang_plugin.checkpoints import select_models
 
 # Modes served on SGLang, each as a registered speculative algorithm.
@@ -125,8 +125,8 @@ def commits(mode: str, config: Any) -> bool:
     linear draft (`sglang_plugin.verify`): WeDLM and NLD block diffusion by their own rules, and Jacobi with
     rejection recycling, whose recycled branches share the main draft's forward and win with KV out of place;
     quadratic self-speculation, whose one forward both verifies and drafts."""
-    return (mode in ("wedlm", "diffusion") or (mode == "jacobi" and config.pool_size > 0)
-            or (mode == "diffusion_self" and config.mode == "quadratic"))
+    return (decoding_method(mode, config)[0] in ("wedlm", "diffusion", "diffusion_self_quadratic")
+            or (mode == "jacobi" and config.pool_size > 0))
 
 
 def window_size(mode: str, config: Any) -> int:
@@ -150,8 +150,9 @@ def window_size(mode: str, config: Any) -> int:
         return (config.max_wavefront + 1) // 2 if config.sampler == "wavefront" else 1
     if mode == "wedlm_spec":
         return 2 * config.window
-    if config.mode == "quadratic":
-        k = config.num_speculative_tokens + 1
+    method, decoding = decoding_method(mode, config)
+    if method == "diffusion_self_quadratic":
+        k = decoding.block_size
         return (k * (k + 2) + 1) // 2
     return config.num_speculative_tokens + 1
 

@@ -22,7 +22,7 @@ from sglang_plugin.worker import PluginWorker, sampling_of
 
 
 @dataclass
-class CommitRequest:
+class PooledDecoder:
     """A request's decoder and how many of its leading tokens have their KV in SGLang's pool."""
 
     decoder: Decoder
@@ -60,7 +60,7 @@ class CommitWorker(PluginWorker):
         committed = [state.emittable(len(req.output_ids)) for req, state in zip(batch.reqs, states, strict=True)]
         return self.result(batch, committed, on_publish)
 
-    def step(self, batch: Any, states: list[CommitRequest | None], scratch: bool = False) -> None:
+    def step(self, batch: Any, states: list[PooledDecoder | None], scratch: bool = False) -> None:
         """One forward of every given request's window (None: padding only), in SGLang's reserved slots or,
         during a prefill, in scratch slots freed right after."""
         windows = [None if state is None else state.window() for state in states]
@@ -123,7 +123,7 @@ class CommitWorker(PluginWorker):
         result = self._target_worker.forward_batch_generation(batch, is_verify=True)
         logits = result.logits_output.next_token_logits
         lengths = batch.seq_lens.tolist()
-        states: list[CommitRequest | None] = []
+        states: list[PooledDecoder | None] = []
         for row, (req, length) in enumerate(zip(batch.reqs, lengths, strict=True)):
             prompt = list(req.origin_input_ids) + list(req.output_ids)
             state = self.held(req)
@@ -133,7 +133,7 @@ class CommitWorker(PluginWorker):
                 decoder = make_decoder(self.mode, self.config, prompt, sampling_of(req), limits)
                 forward = decoder.next_forward()
                 decoder.apply(logits[row][None][forward.logit_rows - (len(prompt) - 1)].float().cpu())
-                state = CommitRequest(decoder, len(prompt), len(req.output_ids))
+                state = PooledDecoder(decoder, len(prompt), len(req.output_ids))
                 self.keep(req, state)
             states.append(state if length == len(prompt) else None)
         self.settle(states, lengths)
@@ -146,10 +146,10 @@ class CommitWorker(PluginWorker):
         return self.prefill_result(batch, result, torch.tensor(first, device=self.device), on_publish)
 
     @staticmethod
-    def settle(states: list[CommitRequest | None], lengths: list[int]) -> None:
+    def settle(states: list[PooledDecoder | None], lengths: list[int]) -> None:
         """After a prefill (and after each scratch window) the pool holds a request's first `length` tokens; its
         decoder may count fewer as cached. A finished decoder (retracted after it committed its last token) plans
-        no window: all its tokens but the last count, as in `CommitRequest.window`."""
+        no window: all its tokens but the last count, as in `PooledDecoder.window`."""
         for state, length in zip(states, lengths, strict=True):
             if state is not None:
                 decoder = state.decoder

@@ -18,7 +18,7 @@ from common.draft_layout import complete_config
 from common.errors import ConfigError
 from common.huginn import check_engine_config
 from common.lora import adapter_path
-from common.methods import parse_config
+from common.methods import decoding_method, parse_config
 from vllm_plugin.logprobs import RAW_MODES
 
 SUPPORTED_VLLM = ((0, 32), (0, 34))
@@ -65,6 +65,7 @@ SIZE_FIELDS = {
 
 def num_speculative_tokens(method: str, config: Any) -> int:
     """The most draft tokens one step of `method` carries."""
+    method, config = decoding_method(method, config)
     if method == "jacobi":
         return config.block_size * config.num_blocks
     if method == "wedlm":
@@ -75,20 +76,20 @@ def num_speculative_tokens(method: str, config: Any) -> int:
         return max(config.max_wavefront - 1, 1) if config.sampler == "wavefront" else 1
     if method == "wedlm_spec":
         return 2 * config.window - 1  # up to window - 1 drafts, then window mask slots
-    if config.mode == "quadratic":
-        k = config.num_speculative_tokens + 1
+    if method == "diffusion_self_quadratic":
+        k = config.block_size
         return k * (k + 2) - 1  # a chain of up to k tokens, then a group of k + 1 rows per chain token
     return config.num_speculative_tokens
 
 
-def committing(method: str, mode: str | None = None) -> bool:
-    """Whether the method's decoder, not vLLM's sampler, picks the tokens (`mode`: `diffusion_self`'s)."""
-    return method in ("wedlm", "diffusion", "huginn") or (method == "diffusion_self" and mode == "quadratic")
+def committing(method: str, config: Any) -> bool:
+    """Whether the method's decoder, not vLLM's sampler, picks the tokens."""
+    return decoding_method(method, config)[0] in ("wedlm", "diffusion", "huginn", "diffusion_self_quadratic")
 
 
 def engine_method(method: str, config: Any) -> EngineMethod:
     """The proposer (and scheduler) serving `method` with `config`."""
-    return QUADRATIC if method == "diffusion_self" and config.mode == "quadratic" else METHODS[method]
+    return QUADRATIC if decoding_method(method, config)[0] == "diffusion_self_quadratic" else METHODS[method]
 
 
 def engine_config(settings: dict[str, Any]) -> tuple[str, Any]:
@@ -180,8 +181,7 @@ def translate(engine_args: Any, model_config: Any) -> None:
     if method == "huginn" and engine_args.tensor_parallel_size > 1:
         refuse(ConfigError("method huginn runs with tensor_parallel_size 1 only (RavenForCausalLM's layers are not "
                            f"sharded here), got {engine_args.tensor_parallel_size}"))
-    reports = method != "huginn" and committing(method, getattr(config, "mode", None))
-    if reports and engine_args.logprobs_mode not in RAW_MODES:
+    if method != "huginn" and committing(method, config) and engine_args.logprobs_mode not in RAW_MODES:
         refuse(ConfigError(f"method {method} reports logprobs_mode {' or '.join(RAW_MODES)} (its decoder, not vLLM's "
                            f"sampler, processes the logits), got {engine_args.logprobs_mode!r}"))
     architectures = getattr(model_config.hf_config, "architectures", None) or []
@@ -207,7 +207,8 @@ def translate(engine_args: Any, model_config: Any) -> None:
         engine_args.enforce_eager = model_config.enforce_eager = True
     engine_args.additional_config = {
         **(engine_args.additional_config or {}),
-        ADDITIONAL_CONFIG_KEY: {"method": method, "config": dataclasses.asdict(config)},
+        ADDITIONAL_CONFIG_KEY: {"method": method, "config": dataclasses.asdict(config),
+                                "committing": committing(method, config)},
     }
     engine_args.speculative_config = {
         "method": "custom_class",

@@ -84,7 +84,8 @@ def grouped(step: GroupedStep | None) -> Iterator[None]:
 
 
 def install(model_layers: dict[str, Any]) -> None:
-    """Wrap the backend `forward` of every attention layer (vLLM's static forward context); idempotent."""
+    """Wrap the backend `forward` of every attention layer (vLLM's static forward context), once the model is
+    built; idempotent."""
     for layer in model_layers.values():
         impl = getattr(layer, "impl", None)
         if impl is None or not hasattr(impl, "do_kv_cache_update") or getattr(impl, "grouped", False):

@@ -1,6 +1,5 @@
 """Checkpoint architectures vLLM does not know whose weights a stock vLLM class already reads (imported lazily)."""
 
-import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -9,7 +8,7 @@ from vllm.model_executor.models.mistral import MistralForCausalLM
 from vllm.model_executor.models.qwen2 import Qwen2ForCausalLM
 from vllm.model_executor.models.qwen3 import Qwen3ForCausalLM
 
-from common.checkpoint import NLD_WEIGHT_NAMES, stock_model_type
+from common.checkpoint import stock_model_type, stock_weight_name
 
 
 class WeDLMForCausalLM(Qwen3ForCausalLM):
@@ -26,11 +25,4 @@ class NemotronLabsDiffusionForCausalLM(MistralForCausalLM):
     `diffusion_head` the LM head; the llama-4 query scaling comes from the config (`checkpoints.py`)."""
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
-        return super().load_weights((rename(name), tensor) for name, tensor in weights)
-
-
-def rename(name: str) -> str:
-    """An NLD weight name as the stock model names it."""
-    for pattern, replacement in NLD_WEIGHT_NAMES.items():
-        name = re.sub(pattern, replacement, name)
-    return name
+        return super().load_weights((stock_weight_name(name), tensor) for name, tensor in weights)

@@ -10,12 +10,22 @@ chain, which is where the engine wrote it.
 from contextlib import AbstractContextManager
 from typing import Any
 
+import torch
+
 from vllm_plugin import group_attention
 from vllm_plugin.commit import CommitProposer, CommitRequest
 from vllm_plugin.group_attention import GroupedWindow
 
 
 class QuadraticSelfSpecProposer(CommitProposer):
+    def __init__(self, vllm_config: Any) -> None:
+        super().__init__(vllm_config)
+        self.layers: dict[str, Any] = vllm_config.compilation_config.static_forward_context
+
+    def load_model(self, target_model: torch.nn.Module) -> None:
+        """The model's attention layers exist now: wrap them, once, to run the groups' passes."""
+        group_attention.install(self.layers)
+
     def plan(self, runner: Any, planned: list[tuple[int, CommitRequest]]) -> dict[int, list[int]]:
         drafts = {}
         for row, state in planned:
@@ -24,7 +34,6 @@ class QuadraticSelfSpecProposer(CommitProposer):
         return drafts
 
     def attending(self, runner: Any) -> AbstractContextManager:
-        group_attention.install(runner.vllm_config.compilation_config.static_forward_context)
         queries = runner.query_start_loc.np[: runner.input_batch.num_reqs + 1]
         windows = []
         for row, req_id in enumerate(runner.input_batch.req_ids):

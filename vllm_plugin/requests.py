@@ -7,7 +7,7 @@ The lossless methods are verified by vLLM's own rejection sampler, which applies
 import functools
 from typing import Any
 
-from vllm_plugin.config import ADDITIONAL_CONFIG_KEY, committing
+from vllm_plugin.config import ADDITIONAL_CONFIG_KEY
 
 # vLLM sampling parameters the committing methods do not apply, with the value that leaves them off.
 NEUTRAL = {"presence_penalty": 0.0, "frequency_penalty": 0.0, "repetition_penalty": 1.0, "min_p": 0.0,
@@ -17,11 +17,12 @@ NEUTRAL = {"presence_penalty": 0.0, "frequency_penalty": 0.0, "repetition_penalt
 REPORTED = {"logprobs"}
 
 
-def check(method: str, params: Any, config: dict[str, Any] | None = None) -> None:
-    """Raise vLLM's validation error naming the first setting `method` would leave unapplied."""
+def check(method: str, params: Any, committing: bool) -> None:
+    """Raise vLLM's validation error naming the first setting `method` would leave unapplied (`committing`: its
+    decoder, not vLLM's sampler, picks the tokens)."""
     from vllm.exceptions import VLLMValidationError
 
-    if not committing(method, (config or {}).get("mode")):
+    if not committing:
         return
     for name, neutral in NEUTRAL.items():
         if name in REPORTED and method != "huginn":
@@ -44,7 +45,7 @@ def install() -> None:
     def validate_ours(self: Any, params: Any, *args: Any, **kwargs: Any) -> Any:
         ours = (self.vllm_config.additional_config or {}).get(ADDITIONAL_CONFIG_KEY)
         if ours is not None and hasattr(params, "logprobs"):
-            check(ours["method"], params, ours["config"])
+            check(ours["method"], params, ours["committing"])
         return validate(self, params, *args, **kwargs)
 
     validate_ours.parallel_decoding = True

@@ -1,7 +1,6 @@
 """WeDLM and NLD architectures as SGLang's stock models: WeDLM as Qwen3 (or Qwen2 for the qkv-bias shape), NLD
 as Ministral3 with its weight names mapped."""
 
-import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -10,7 +9,7 @@ from sglang.srt.models.ministral3 import Ministral3ForCausalLM
 from sglang.srt.models.qwen2 import Qwen2ForCausalLM
 from sglang.srt.models.qwen3 import Qwen3ForCausalLM
 
-from common.checkpoint import NLD_WEIGHT_NAMES, stock_model_type
+from common.checkpoint import stock_model_type, stock_weight_name
 
 
 class WeDLMForCausalLM(Qwen3ForCausalLM):
@@ -36,14 +35,7 @@ class NemotronLabsDiffusionModel(Ministral3ForCausalLM):
                     layer.self_attn.max_position_embeddings = original
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> Any:
-        return super().load_weights((rename(name), tensor) for name, tensor in weights)
-
-
-def rename(name: str) -> str:
-    """An NLD weight name as the stock model names it."""
-    for pattern, replacement in NLD_WEIGHT_NAMES.items():
-        name = re.sub(pattern, replacement, name)
-    return name
+        return super().load_weights((stock_weight_name(name), tensor) for name, tensor in weights)
 
 
 EntryClass = [WeDLMForCausalLM, NemotronLabsDiffusionModel]
