@@ -101,7 +101,7 @@ class CommitProposer(PluginProposer):
                 forward, state.forward = state.forward, None
                 digesting.append((row, state.decoder, forward.logit_rows + (end - forward.num_tokens)))
             if state is not None and req_id in batch.num_logprobs:
-                reporting[row] = (CommittedStep(forward, committed[row], state.decoder.num_tokens, start, end), state)
+                reporting[row] = (CommittedStep(forward, committed[row], state.decoder.tokens, start, end), state)
             start = end
         if digesting:
             rows = [rows for _, _, rows in digesting]
@@ -110,7 +110,7 @@ class CommitProposer(PluginProposer):
             for (row, decoder, _), outcome in zip(digesting, outcomes, strict=True):
                 committed[row] = outcome.committed
                 if row in reporting:
-                    reporting[row][0].tokens, reporting[row][0].num_tokens = outcome.committed, decoder.num_tokens
+                    reporting[row][0].committed, reporting[row][0].tokens = outcome.committed, decoder.tokens
         width = max(2, *(len(tokens) + 1 for tokens in committed))
         out = torch.full((len(committed), width), -1, dtype=torch.int32)
         for row, tokens in enumerate(committed):

@@ -19,12 +19,12 @@ RAW_MODES = ("raw_logprobs", "raw_logits")
 
 @dataclass
 class CommittedStep:
-    """A request's part of the step: the forward that committed `tokens` (its logit rows end at `end` in the
-    step's logits, none before `start`), and the decoder's token count after them."""
+    """A request's part of the step: the forward that committed `committed` (its logit rows end at `end` in the
+    step's logits, none before `start`), and the request's tokens after them."""
 
     forward: Forward
+    committed: list[int]
     tokens: list[int]
-    num_tokens: int
     start: int
     end: int
 
@@ -49,14 +49,15 @@ def committed_logprobs(logits: torch.Tensor, steps: dict[int, tuple[CommittedSte
 
     slots, rows, tokens = [], [], []
     for row, (step, state) in steps.items():
-        named = logprob_rows(step.forward, step.num_tokens - len(step.tokens), len(step.tokens))
-        for j, (index, token) in enumerate(zip(named.rows, step.tokens, strict=True)):
+        count = len(step.committed)
+        named = logprob_rows(step.forward, step.tokens, len(step.tokens) - count, count)
+        for j, (index, token) in enumerate(zip(named.rows, step.committed, strict=True)):
             found = state.carried if index is None and j == 0 else step.row(logits, index, mode)
             rows.append(found if found is not None else torch.full_like(logits[0], float("-inf"), dtype=torch.float32))
             slots.append(row * shape[1] + j)
             tokens.append(token)
         following = step.row(logits, named.next_row, mode)
-        if following is not None or step.tokens:
+        if following is not None or count:
             state.carried = following
     if not rows:  # nothing committed: every slot is filler
         rows, tokens, slots = [logits[0].float()], [0], []
