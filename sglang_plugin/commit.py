@@ -8,27 +8,35 @@ pool has (KV written in scratch slots, or never written). Those rows are recompu
 window (`common.window.after_rows`), and a token is handed to SGLang only once the KV before it is in the pool.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from sglang.srt.mem_cache.allocation import alloc_token_slots
 
 from common.decoder import Decoder, Limits
+from common.logprob_rows import LogprobRows, logprob_rows
 from common.methods import make_decoder
 from common.row_stats import apply_rows
 from common.window import Forward, after_rows
+from sglang_plugin.logprobs import MISSING, Asked, Entry, asked, entries
 from sglang_plugin.worker import PluginWorker, sampling_of
 
 
 @dataclass
 class PooledDecoder:
-    """A request's decoder and how many of its leading tokens have their KV in SGLang's pool."""
+    """A request's decoder and how many of its leading tokens have their KV in SGLang's pool; where the request
+    asks for logprobs, its committed tokens' entries by position until emitted, the first position without one,
+    and the row carried for the next token (`common.logprob_rows`)."""
 
     decoder: Decoder
     pooled: int
     emitted_before: int = 0
     planned: Forward | None = None
+    asked: Asked | None = None
+    logprobs: dict[int, Entry] = field(default_factory=dict)
+    logged: int = 0
+    carried: tuple[int, torch.Tensor] | None = None
 
     def window(self) -> Forward:
         """The decoder's next forward (none once it finished) after the cached rows the pool lacks."""
@@ -58,7 +66,7 @@ class CommitWorker(PluginWorker):
         states = [self.held(req) for req in batch.reqs]
         self.step(batch, states)
         committed = [state.emittable(len(req.output_ids)) for req, state in zip(batch.reqs, states, strict=True)]
-        return self.result(batch, committed, on_publish)
+        return self.result(batch, committed, on_publish, emitted_logprobs(batch.reqs, states, committed))
 
     def step(self, batch: Any, states: list[PooledDecoder | None], scratch: bool = False) -> None:
         """One forward of every given request's window (None: padding only), in SGLang's reserved slots or,
@@ -90,6 +98,7 @@ class CommitWorker(PluginWorker):
             apply_rows([state.decoder for _, state, _ in digesting],
                        logits.flatten(0, 1).index_select(0, torch.cat(rows).to(logits.device)),
                        [len(r) for r in rows])
+        note_logprobs(states, windows, logits)
         for state, window in zip(states, windows, strict=True):
             if state is not None:
                 state.digested(window)
@@ -133,7 +142,9 @@ class CommitWorker(PluginWorker):
                 decoder = make_decoder(self.mode, self.config, prompt, sampling_of(req), limits)
                 forward = decoder.next_forward()
                 decoder.apply(logits[row][None][forward.logit_rows - (len(prompt) - 1)].float().cpu())
-                state = PooledDecoder(decoder, len(prompt), len(req.output_ids))
+                state = PooledDecoder(decoder, len(prompt), len(req.output_ids), asked=asked(req), logged=len(prompt),
+                                      carried=(len(prompt), logits[row].clone()))
+                note_logprobs([state], [None], None)
                 self.keep(req, state)
             states.append(state if length == len(prompt) else None)
         self.settle(states, lengths)
@@ -141,9 +152,11 @@ class CommitWorker(PluginWorker):
                               for req, s in zip(batch.reqs, states, strict=True)]):
             self.step(batch, waiting, scratch=True)
             self.settle(states, lengths)
-        first = [0 if s is None else s.emittable(len(req.output_ids))[0]
+        first = [[0] if s is None else s.emittable(len(req.output_ids))[:1]
                  for req, s in zip(batch.reqs, states, strict=True)]
-        return self.prefill_result(batch, result, torch.tensor(first, device=self.device), on_publish)
+        runs = emitted_logprobs(batch.reqs, states, first)
+        return self.prefill_result(batch, result, torch.tensor([run[0] for run in first], device=self.device),
+                                   on_publish, None if runs is None else [(run or [MISSING])[0] for run in runs])
 
     @staticmethod
     def settle(states: list[PooledDecoder | None], lengths: list[int]) -> None:
@@ -154,3 +167,46 @@ class CommitWorker(PluginWorker):
             if state is not None:
                 decoder = state.decoder
                 state.pooled = min(length, decoder.num_tokens - 1 if decoder.finished else decoder.cache_len)
+
+
+def note_logprobs(states: list[PooledDecoder | None], windows: list[Forward | None], logits: torch.Tensor | None
+                  ) -> None:
+    """Entries for the committed tokens of requests that ask for logprobs, from the rows of the step's windows
+    [bs, W, V] that predict them, or the row carried from an earlier one; the next token's row is carried on."""
+    picks: list[tuple[PooledDecoder, int]] = []
+    rows: list[torch.Tensor] = []
+    for row, (state, window) in enumerate(zip(states, windows, strict=True)):
+        if state is None or state.asked is None:
+            continue
+        tokens = state.decoder.tokens
+        named = LogprobRows([None] * (len(tokens) - state.logged), None) if window is None else (
+            logprob_rows(window, tokens, state.logged, len(tokens) - state.logged))
+        for position, index in enumerate(named.rows, start=state.logged):
+            if index is not None:
+                picks.append((state, position))
+                rows.append(logits[row, index])
+            elif state.carried is not None and state.carried[0] == position:
+                picks.append((state, position))
+                rows.append(state.carried[1])
+        if named.next_row is not None:
+            state.carried = (len(tokens), logits[row, named.next_row].clone())
+    found = entries(torch.stack(rows), [state.decoder.tokens[p] for state, p in picks],
+                    [state.asked for state, _ in picks]) if picks else []
+    for (state, position), entry in zip(picks, found, strict=True):
+        state.logprobs[position] = entry
+    for state in {id(s): s for s, _ in picks}.values():
+        while state.logged in state.logprobs:
+            state.logged += 1
+
+
+def emitted_logprobs(reqs: list[Any], states: list[PooledDecoder | None], emitted: list[list[int]]
+                     ) -> list[list[Entry]] | None:
+    """The entries of the tokens each request emits now (taken out of its book), None if no request asks."""
+    if not any(s is not None and s.asked is not None for s in states):
+        return None
+    runs: list[list[Entry]] = []
+    for req, state, tokens in zip(reqs, states, emitted, strict=True):
+        start = len(req.origin_input_ids) + len(req.output_ids)
+        asks = state is not None and state.asked is not None
+        runs.append([state.logprobs.pop(start + j, MISSING) for j in range(len(tokens))] if asks else [])
+    return runs

@@ -15,6 +15,7 @@ from common.acceptance import accept_greedy, verify
 from common.sampling import choose
 from sglang_plugin.drafters import make_drafter
 from sglang_plugin.drafts import RequestState
+from sglang_plugin.logprobs import MISSING, Entry, asked, entries
 from sglang_plugin.worker import PluginWorker, sampling_of
 
 
@@ -47,7 +48,22 @@ class VerifyWorker(PluginWorker):
                             state.sampling, state.generator, d.probs)
                      for row, (state, d) in enumerate(zip(states, drafts, strict=True))]
         self.drafter.after_verify(batch.reqs, states, logits, predicted, drafts, committed)
-        return self.result(batch, committed, on_publish)
+        return self.result(batch, committed, on_publish, self.chain_logprobs(batch, logits, committed))
+
+    @staticmethod
+    def chain_logprobs(batch: Any, logits: torch.Tensor, committed: list[list[int]]) -> list[list[Entry]] | None:
+        """The committed runs' logprobs for the requests that ask: the chain's row j predicts token j."""
+        asks = [asked(req) for req in batch.reqs]
+        if not any(asks):
+            return None
+        picks = [(row, j) for row, (ask, run) in enumerate(zip(asks, committed, strict=True)) if ask
+                 for j in range(len(run))]
+        found = entries(logits[[r for r, _ in picks], [j for _, j in picks]],
+                        [committed[r][j] for r, j in picks], [asks[r] for r, _ in picks])
+        runs: list[list[Entry]] = [[] for _ in committed]
+        for (row, _), entry in zip(picks, found, strict=True):
+            runs[row].append(entry)
+        return runs
 
     def prefill(self, batch: Any, on_publish: Any) -> Any:
         """SGLang's prefill; a request completing its prompt draws its first token from the last row with the
@@ -62,4 +78,6 @@ class VerifyWorker(PluginWorker):
                 continue
             state = self.state(req)
             first.append(int(choose(logits[row : row + 1].float().cpu(), state.sampling, state.generator)[0]))
-        return self.prefill_result(batch, result, torch.tensor(first, device=self.device), on_publish)
+        runs = self.chain_logprobs(batch, logits[:, None], [[token] for token in first])
+        return self.prefill_result(batch, result, torch.tensor(first, device=self.device), on_publish,
+                                   None if runs is None else [run[0] if run else MISSING for run in runs])

@@ -18,6 +18,7 @@ from sglang.srt.speculative.ngram_info import NgramVerifyInput
 
 from common.sampling import SamplingParams
 from sglang_plugin.cli import decode_settings
+from sglang_plugin.logprobs import Entry, decode_output, fill_prefill
 
 
 def sampling_of(req: Any) -> SamplingParams:
@@ -113,25 +114,31 @@ class PluginWorker(BaseSpecWorker):
         result = self._target_worker.forward_batch_generation(view, is_verify=True)
         return result.logits_output.next_token_logits.view(bs, width, -1)
 
-    def result(self, batch: Any, committed: list[list[int]], on_publish: Any) -> Any:
+    def result(self, batch: Any, committed: list[list[int]], on_publish: Any,
+               logprobs: list[list[Entry]] | None = None) -> Any:
         """SGLang's speculative result for a decode step: committed runs padded to one width, their lengths, new
-        KV lengths."""
+        KV lengths, and the runs' logprobs where requests ask for them."""
         accept_lens = torch.tensor([len(c) for c in committed], dtype=torch.int32, device=self.device)
         stride = max(1, *(len(c) for c in committed))
         padded = torch.tensor([c + [0] * (stride - len(c)) for c in committed], device=self.device)
         new_seq_lens = batch.seq_lens + accept_lens
         if on_publish is not None:
             on_publish(new_seq_lens)
+        output = None if logprobs is None else decode_output(logprobs, stride, self.device)
         return GenerationBatchResult(
-            logits_output=None, next_token_ids=padded.flatten(), can_run_cuda_graph=False,
+            logits_output=output, next_token_ids=padded.flatten(), can_run_cuda_graph=False,
             accept_lens=accept_lens, new_seq_lens=new_seq_lens,
             next_draft_input=self.draft_input(new_seq_lens, accept_lens),
             speculative_num_draft_tokens=self.width, speculative_output_stride=stride,
             num_non_draft_tokens_per_req=self.non_draft_tokens,
         )
 
-    def prefill_result(self, batch: Any, result: Any, first: torch.Tensor, on_publish: Any) -> Any:
-        """SGLang's result for a prefill or extend batch whose requests emit `first` [bs]."""
+    def prefill_result(self, batch: Any, result: Any, first: torch.Tensor, on_publish: Any,
+                       logprobs: list[Entry] | None = None) -> Any:
+        """SGLang's result for a prefill or extend batch whose requests emit `first` [bs] (with `logprobs` where
+        requests ask for them)."""
+        if logprobs is not None:
+            fill_prefill(result.logits_output, logprobs)
         new_seq_lens = batch.seq_lens.clone()
         accept_lens = torch.ones(len(batch.reqs), dtype=torch.int32, device=self.device)
         if on_publish is not None:

@@ -2,8 +2,8 @@
 `python -m common.generate` with the same method, config and seed, greedy and sampled, for 32 prompts in flight;
 stop tokens and max_tokens end a request inside a window as the reference decoder ends it; the KV the modes commit,
 reused through SGLang's radix cache, continues as a fresh prefill would; the OpenAI endpoints
-(completions with stop strings, streaming, chat) give the text `/generate` gives; settings the modes do not apply
-(logprobs, penalties) are refused per request with a 400.
+(completions with stop strings, streaming, chat) give the text `/generate` gives, and logprobs; settings the modes do
+not apply (penalties) are refused per request with a 400.
 
 Runs in the SGLang environment (see `tests/test_sglang_server.py`)."""
 
@@ -12,7 +12,6 @@ import os
 import urllib.error
 from concurrent.futures import ThreadPoolExecutor
 
-import openai
 import pytest
 
 if os.environ.get("PD_REQUIRE_SGLANG") != "1":
@@ -120,8 +119,9 @@ def test_openai_endpoints_give_the_generate_text(engine_dir, prompts, spec):
             model="tiny", messages=m, max_tokens=MAX_TOKENS, temperature=0).choices[0].message.content, chats))
         templated = list(pool.map(lambda m: generate(client, tokenizer.apply_chat_template(
             m, tokenize=False, add_generation_prompt=True))["text"], chats))
-        with pytest.raises(openai.BadRequestError, match="logprobs"):
-            client.completions.create(model="tiny", prompt=prompts[0], max_tokens=4, logprobs=2)
+        reported = client.completions.create(model="tiny", prompt=prompts[0], max_tokens=4, temperature=0,
+                                             logprobs=2).choices[0].logprobs  # values: tests/test_sglang_logprobs.py
+        assert len(reported.token_logprobs) == 4 and all(-9999 < lp <= 0 for lp in reported.token_logprobs)
         for name, value in UNAPPLIED:
             with pytest.raises(urllib.error.HTTPError, match="400") as refused:
                 generate(client, prompts[0], temperature=0.7, **{name: value})
