@@ -142,9 +142,10 @@ class CommitWorker(PluginWorker):
                 decoder = make_decoder(self.mode, self.config, prompt, sampling_of(req), limits)
                 forward = decoder.next_forward()
                 decoder.apply(logits[row][None][forward.logit_rows - (len(prompt) - 1)].float().cpu())
-                state = PooledDecoder(decoder, len(prompt), len(req.output_ids), asked=asked(req), logged=len(prompt),
-                                      carried=(len(prompt), logits[row].clone()))
-                note_logprobs([state], [None], None)
+                state = PooledDecoder(decoder, len(prompt), len(req.output_ids), asked=asked(req), logged=len(prompt))
+                if state.asked is not None:  # the prompt's last row predicts the first token
+                    state.carried = (len(prompt), logits[row].clone())
+                    note_logprobs([state], [None], None)
                 self.keep(req, state)
             states.append(state if length == len(prompt) else None)
         self.settle(states, lengths)
