@@ -3,7 +3,7 @@
 host as float32, at several batch sizes and a real vocabulary, on CPU or GPU. No model: the rows are random logits
 made on the device before the clock starts, and both paths digest the same rows.
 
-    python -m scripts.digest_bench --device cuda --vocab 151936 --json out/digest.json
+    python -m scripts.digest_bench --vocab 151936 --json out/digest.json      # on the GPU where there is one
 """
 
 import argparse
