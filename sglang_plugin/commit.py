@@ -174,7 +174,7 @@ def note_logprobs(states: list[PooledDecoder | None], windows: list[Forward | No
                   ) -> None:
     """Entries for the committed tokens of requests that ask for logprobs, from the rows of the step's windows
     [bs, W, V] that predict them, or the row carried from an earlier one; the next token's row is carried on."""
-    picks: list[tuple[PooledDecoder, int]] = []
+    picks: list[tuple[PooledDecoder, int, int]] = []  # state, position, token
     rows: list[torch.Tensor] = []
     for row, (state, window) in enumerate(zip(states, windows, strict=True)):
         if state is None or state.asked is None:
@@ -184,18 +184,18 @@ def note_logprobs(states: list[PooledDecoder | None], windows: list[Forward | No
             logprob_rows(window, tokens, state.logged, len(tokens) - state.logged))
         for position, index in enumerate(named.rows, start=state.logged):
             if index is not None:
-                picks.append((state, position))
+                picks.append((state, position, tokens[position]))
                 rows.append(logits[row, index])
             elif state.carried is not None and state.carried[0] == position:
-                picks.append((state, position))
+                picks.append((state, position, tokens[position]))
                 rows.append(state.carried[1])
         if named.next_row is not None:
             state.carried = (len(tokens), logits[row, named.next_row].clone())
-    found = entries(torch.stack(rows), [state.decoder.tokens[p] for state, p in picks],
-                    [state.asked for state, _ in picks]) if picks else []
-    for (state, position), entry in zip(picks, found, strict=True):
+    found = entries(torch.stack(rows), [token for *_, token in picks], [state.asked for state, *_ in picks]
+                    ) if picks else []
+    for (state, position, _), entry in zip(picks, found, strict=True):
         state.logprobs[position] = entry
-    for state in {id(s): s for s, _ in picks}.values():
+    for state in {id(s): s for s, *_ in picks}.values():
         while state.logged in state.logprobs:
             state.logged += 1
 
