@@ -2,6 +2,7 @@
 
 import sys
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -111,13 +112,37 @@ class Decoder(ABC):
         if reading is not None and not isinstance(logits, RowStats):
             logits = RowStats.of(logits, reading.excluded, keep_logits=not self.sampling.greedy,
                                  excluding=torch.arange(len(logits)) >= reading.from_row)
+        first = self._digesting()
+        return self._digested(self.after_prefill(logits) if first else self.update(logits), first)
+
+    @classmethod
+    def apply_batch(cls, decoders: Sequence["Decoder"], rows: RowStats, sizes: Sequence[int]) -> list[Outcome]:
+        """`apply` for decoders of this method past their prefill whose updates read `RowStats`, given their
+        `sizes[i]` consecutive rows of `rows`: their decisions taken together (`update_batch`)."""
+        for decoder in decoders:
+            decoder._digesting()
+        return [decoder._digested(outcome, False)
+                for decoder, outcome in zip(decoders, cls.update_batch(decoders, rows, sizes), strict=True)]
+
+    @classmethod
+    def update_batch(cls, decoders: Sequence["Decoder"], rows: RowStats, sizes: Sequence[int]) -> list[Outcome]:
+        """`update` for several decoders, each reading its `sizes[i]` consecutive rows. Methods whose decisions run
+        over the batch as tensors override it, and their `update` is the batch of one."""
+        starts = torch.tensor([0, *sizes]).cumsum(0).tolist()
+        return [decoder.update(rows.part(starts[i], starts[i + 1])) for i, decoder in enumerate(decoders)]
+
+    def _digesting(self) -> bool:
+        """Count the planned forward as digested; whether it is the prefill."""
         forward, self._pending = self._pending, None
         assert forward is not None, "apply() without next_forward()"
         first = self.forwards == 0
         if not first:
             self.decode_rows += forward.num_tokens
         self.forwards += 1
-        outcome = self.after_prefill(logits) if first else self.update(logits)
+        return first
+
+    def _digested(self, outcome: Outcome, first: bool) -> Outcome:
+        """Commit the forward's outcome and keep its KV."""
         outcome.committed = self.commit(outcome.committed)
         self.cache_len = min(self.cache_len + outcome.kv_keep, self.num_tokens)  # rows past an end are not kept
         if first:

@@ -8,6 +8,7 @@ emitted), so the output for n tokens is a prefix of that for more; the last bloc
 run covers `max_tokens` or reaches an EOS.
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -16,7 +17,7 @@ from common import margins
 from common.decoder import Decoder, Limits
 from common.draft_layout import DLM_TYPES, draft_rows
 from common.errors import require, require_mask_token
-from common.row_stats import RowReading, RowStats
+from common.row_stats import RowReading, RowStats, padded
 from common.sampling import SamplingParams, choose
 from common.window import Attention, Forward, Outcome, causal_forward
 
@@ -40,25 +41,18 @@ class DiffusionConfig:
                 self.dlm_type)
 
 
-def reveal(rows: RowStats, masked: torch.Tensor, threshold: float, params: SamplingParams,
-           generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, float]:
-    """Slots to reveal (top-1 plus all with confidence >= threshold) among `masked`, their tokens, and the
-    decision's slack (`common.margins`: thresholds, the top-1 choice, greedy candidates of revealed slots).
-    `rows`: the block's rows read with the mask token excluded."""
-    if params.greedy:
-        candidates, confidence = rows.token, rows.confidence
-    else:
-        candidates = choose(rows.logits, params, generator)
-        confidence = rows.logits.softmax(-1).gather(-1, candidates[:, None]).squeeze(-1)
+def reveal(confidence: torch.Tensor, masked: torch.Tensor, threshold: torch.Tensor
+           ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per request (row) of a block's slots [R, S]: the slots to reveal, its most confident mask plus every mask
+    whose candidate's confidence reaches its `threshold`, and the decision's slack (`common.margins`: thresholds,
+    the top-1 choice)."""
     confidence = confidence.masked_fill(~masked, -1.0)
-    chosen = (confidence >= threshold) & masked
-    slack = margins.threshold(confidence[masked], threshold)
-    if not chosen.any():
-        slack = min(slack, margins.gap(-confidence[masked]))
-    chosen[confidence.argmax()] = True
-    if params.greedy:
-        slack = min(slack, float(rows.margin[chosen].min()))
-    return chosen, candidates, slack
+    chosen = (confidence >= threshold[:, None]) & masked
+    slack = margins.threshold_rows(confidence, masked, threshold)
+    none = ~chosen.any(-1)
+    slack = torch.where(none, torch.minimum(slack, margins.gap_rows(-confidence, masked)), slack)
+    chosen |= torch.arange(confidence.shape[-1]) == confidence.argmax(-1, keepdim=True)
+    return chosen, slack
 
 
 class DiffusionDecoder(Decoder):
@@ -78,7 +72,7 @@ class DiffusionDecoder(Decoder):
         if self.block is None:
             self._new_block()
         start = self.num_tokens - 1
-        if self._masked.any():
+        if self.revealing:
             n = self.block.numel()
             return Forward(
                 token_ids=self.block.clone(),
@@ -92,24 +86,70 @@ class DiffusionDecoder(Decoder):
         """Reveal forwards never choose the mask token; the commit forward's last row gives the next seed."""
         return RowReading(self.config.mask_token_id if forward.attention is Attention.BIDIRECTIONAL else None)
 
-    def update(self, rows: RowStats) -> Outcome:
-        if self._masked.any():
-            chosen, tokens, slack = reveal(rows, self._masked[1:], self.config.confidence_threshold, self.sampling,
-                                           self.generator)
-            self.note_margin(slack)
-            self.block[1:][chosen] = tokens[chosen]
-            self._masked[1:] &= ~chosen
-            settled = self.block[1 : 1 + self.leading_revealed].tolist()
-            if len(settled) >= self.remaining or any(t in self.limits.eos_token_ids for t in settled):
-                self.block = None
-                return Outcome(settled)
-            return Outcome()
-        revealed = self.block[1:].tolist()
-        seed = int(self.pick_rows(rows, slice(0, 1))[0])
-        self.block = None
-        return Outcome(revealed + [seed], kv_keep=len(revealed) + 1)
-
     @property
-    def leading_revealed(self) -> int:
-        """Revealed slots before the block's first mask: final, whatever the rest of the block becomes."""
-        return int((~self._masked[1:]).long().cumprod(0).sum())
+    def revealing(self) -> bool:
+        """Whether the block still has masks (its next forward reveals; else it commits)."""
+        return bool(self._masked.any())
+
+    def update(self, rows: RowStats) -> Outcome:
+        return self.update_batch([self], rows, [len(rows)])[0]
+
+    @classmethod
+    def update_batch(cls, decoders: Sequence["DiffusionDecoder"], rows: RowStats, sizes: Sequence[int]
+                     ) -> list[Outcome]:
+        """Blocks still revealing decide together over their slots; a revealed block commits with its next seed."""
+        starts = torch.tensor([0, *sizes]).cumsum(0).tolist()
+        outcomes = [Outcome() for _ in decoders]
+        revealing = []
+        for i, decoder in enumerate(decoders):
+            if decoder.revealing:
+                revealing.append(i)
+            else:
+                revealed = decoder.block[1:].tolist()
+                seed = int(decoder.pick_rows(rows.part(starts[i], starts[i + 1]), slice(0, 1))[0])
+                decoder.block = None
+                outcomes[i] = Outcome(revealed + [seed], kv_keep=len(revealed) + 1)
+        if revealing:
+            for i, outcome in zip(revealing, cls._reveal([decoders[i] for i in revealing], rows, sizes, revealing,
+                                                         starts), strict=True):
+                outcomes[i] = outcome
+        return outcomes
+
+    @staticmethod
+    def _reveal(decoders: list["DiffusionDecoder"], rows: RowStats, sizes: Sequence[int], index: list[int],
+                starts: list[int]) -> list[Outcome]:
+        """One reveal for each of `decoders` (batch rows `index`): a greedy block takes its slots' argmax
+        candidates, a sampled one draws them; the block's leading revealed run is final."""
+        at = torch.tensor(index)
+        widths = [sizes[i] for i in index]
+        (token, valid), (confidence, _), (margin, _) = (padded(t, sizes, fill) for t, fill in (
+            (rows.token, 0), (rows.confidence, -1.0), (rows.margin, float("inf"))))
+        token, valid, confidence, margin = (t[at] for t in (token, valid, confidence, margin))
+        for j, (i, decoder) in enumerate(zip(index, decoders, strict=True)):
+            assert decoder.block.numel() == widths[j] + 1, "a reveal's rows are its block's slots'"
+            if not decoder.sampling.greedy:
+                logits = rows.logits[starts[i] : starts[i + 1]]
+                candidates = choose(logits, decoder.sampling, decoder.generator)
+                token[j, : widths[j]] = candidates
+                confidence[j, : widths[j]] = logits.softmax(-1).gather(-1, candidates[:, None])[:, 0]
+                margin[j] = float("inf")
+        masked = padded(torch.cat([decoder._masked[1:] for decoder in decoders]), widths, False)[0]
+        threshold = torch.tensor([decoder.config.confidence_threshold for decoder in decoders])
+        chosen, slack = reveal(confidence, masked, threshold)
+        slack = torch.minimum(slack, margin.masked_fill(~chosen, float("inf")).amin(-1))
+        tail = torch.where(chosen, token, padded(torch.cat([d.block[1:] for d in decoders]), widths, 0)[0])
+        masked &= ~chosen
+        leading = (~masked & valid).long().cumprod(-1).sum(-1)
+        outcomes = []
+        for j, (decoder, slots, run, decision) in enumerate(zip(
+                decoders, tail.tolist(), leading.tolist(), slack.tolist(), strict=True)):
+            decoder.block[1:] = tail[j, : widths[j]]
+            decoder._masked[1:] = masked[j, : widths[j]]
+            decoder.note_margin(decision)
+            settled = slots[:run]
+            if len(settled) >= decoder.remaining or any(t in decoder.limits.eos_token_ids for t in settled):
+                decoder.block = None
+                outcomes.append(Outcome(settled))
+            else:
+                outcomes.append(Outcome())
+        return outcomes

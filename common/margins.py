@@ -22,16 +22,18 @@ def top2(logits: torch.Tensor) -> float:
     return float(top2_rows(logits).min())
 
 
-def threshold(values: torch.Tensor, tau: float) -> float:
-    """Smallest |value - tau| / max(|tau|, 1): the slack of `value < tau` decisions."""
-    if values.numel() == 0:
-        return float("inf")
-    return float((values.float() - tau).abs().min() / max(abs(tau), 1.0))
+def threshold_rows(values: torch.Tensor, valid: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
+    """Per row of `values` [R, S], the smallest |value - tau| / max(|tau|, 1) over its `valid` entries, `tau` one
+    threshold per row: the slack of its `value < tau` decisions (inf: no entry, or no threshold, an infinite tau)."""
+    tau = tau.float()[:, None]
+    slack = ((values.float() - tau).abs() / tau.abs().clamp_min(1.0)).masked_fill(~valid, float("inf"))
+    return torch.where(tau[:, 0].isfinite(), slack.amin(-1), float("inf"))
 
 
-def gap(values: torch.Tensor) -> float:
-    """Gap between the two smallest values / max(|smallest|, 1): the slack of an argmin (or of an argmax, negated)."""
-    if values.numel() < 2:
-        return float("inf")
-    low = values.float().topk(2, largest=False).values
-    return float((low[1] - low[0]) / max(float(low[0].abs()), 1.0))
+def gap_rows(values: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """Per row, the gap between its two smallest `valid` values / max(|smallest|, 1): the slack of an argmin (or
+    of an argmax, negated); inf for a row with fewer than two."""
+    if values.shape[-1] < 2:
+        return torch.full(values.shape[:1], float("inf"))
+    low = values.float().masked_fill(~valid, float("inf")).topk(2, dim=-1, largest=False).values
+    return ((low[:, 1] - low[:, 0]) / low[:, 0].abs().clamp_min(1.0)).nan_to_num(nan=float("inf"))

@@ -61,29 +61,41 @@ class RowStats:
         logits = None if self.logits is None else self.logits.cpu()
         return RowStats(values[0].long(), values[1].float(), values[2].float(), values[3].float(), logits)
 
-    def split(self, sizes: Sequence[int]) -> list["RowStats"]:
-        parts = zip(*(t.split(list(sizes)) for t in (self.token, self.margin, self.entropy, self.confidence)),
-                    strict=True)
-        return [RowStats(*part) for part in parts]
+    def part(self, start: int, stop: int) -> "RowStats":
+        """Rows `start` to `stop` (views)."""
+        rows = slice(start, stop)
+        return RowStats(self.token[rows], self.margin[rows], self.entropy[rows], self.confidence[rows],
+                        None if self.logits is None else self.logits[rows])
+
+
+def padded(values: torch.Tensor, sizes: Sequence[int], fill: float | int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Consecutive runs of `sizes` values as the rows of a [len(sizes), max(sizes)] tensor, `fill` past each run,
+    and the mask of the entries that hold one: how a batch's decisions run over all its requests at once."""
+    lengths = torch.tensor(list(sizes))
+    valid = torch.arange(max(sizes, default=0))[None, :] < lengths[:, None]
+    out = values.new_full(valid.shape, fill)
+    out[valid] = values
+    return out, valid
 
 
 def apply_rows(decoders: Sequence["Decoder"], logits: torch.Tensor, sizes: Sequence[int]) -> list["Outcome"]:
     """Each decoder digests its `sizes[i]` consecutive rows of `logits` (any device). Greedy decoders that read
-    `RowStats` get them from one pass per exclusion over all their rows and one copy to the host; the others get
-    their rows as float32 on the host."""
+    `RowStats` get them from one pass per exclusion over all their rows and one copy to the host, and decide
+    together per method (`Decoder.apply_batch`); the others get their rows as float32 on the host."""
     starts = torch.tensor([0, *sizes]).cumsum(0).tolist()
-    inputs: list[torch.Tensor | RowStats | None] = [None] * len(decoders)
-    batched: dict[int | None, list[int]] = {}
+    outcomes: list[Outcome | None] = [None] * len(decoders)
+    batched: dict[tuple[int | None, type], list[int]] = {}
     for i, decoder in enumerate(decoders):
         reading = decoder.reading
         if reading is not None and decoder.sampling.greedy:
-            batched.setdefault(reading.excluded, []).append(i)
+            batched.setdefault((reading.excluded, type(decoder)), []).append(i)
         else:
-            inputs[i] = logits[starts[i] : starts[i + 1]].float().cpu()
-    for excluded, members in batched.items():
+            outcomes[i] = decoder.apply(logits[starts[i] : starts[i + 1]].float().cpu())
+    for (excluded, method), members in batched.items():
         index = torch.cat([torch.arange(starts[i], starts[i + 1]) for i in members]).to(logits.device)
         excluding = torch.cat([torch.arange(sizes[i]) >= decoders[i].reading.from_row for i in members])
         stats = RowStats.of(logits.index_select(0, index), excluded, excluding=excluding).host()
-        for i, part in zip(members, stats.split([sizes[i] for i in members]), strict=True):
-            inputs[i] = part
-    return [decoder.apply(rows) for decoder, rows in zip(decoders, inputs, strict=True)]
+        found = method.apply_batch([decoders[i] for i in members], stats, [sizes[i] for i in members])
+        for i, outcome in zip(members, found, strict=True):
+            outcomes[i] = outcome
+    return outcomes

@@ -7,6 +7,7 @@ masks whose entropy + lambda * distance falls below tau are filled (else the sin
 refill the window.
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -14,8 +15,8 @@ import torch
 from common import margins
 from common.decoder import Decoder, Limits
 from common.errors import require, require_mask_token
-from common.row_stats import RowReading, RowStats
-from common.sampling import SamplingParams
+from common.row_stats import RowReading, RowStats, padded
+from common.sampling import SamplingParams, choose
 from common.window import Forward, Outcome, causal_forward
 
 
@@ -35,17 +36,17 @@ class WeDLMConfig:
                 self.mask_token_id)
 
 
-def select_masks(entropy: torch.Tensor, slots: torch.Tensor, threshold: float | None, penalty: float
-                 ) -> tuple[torch.Tensor, float]:
-    """Boolean over mask rows: entropy + penalty * (slot distance to the leftmost mask) below tau, else the best;
-    and the decision's slack (`common.margins`)."""
-    adjusted = entropy + penalty * (slots - slots[0]).float()
-    chosen = adjusted < threshold if threshold is not None else torch.zeros_like(adjusted, dtype=torch.bool)
-    slack = margins.threshold(adjusted, threshold) if threshold is not None else float("inf")
-    if not chosen.any():
-        chosen[adjusted.argmin()] = True
-        slack = min(slack, margins.gap(adjusted))
-    return chosen, slack
+def select_masks(entropy: torch.Tensor, slots: torch.Tensor, valid: torch.Tensor, threshold: torch.Tensor,
+                 penalty: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per request (row) of mask rows [R, S] (`valid` where one is; `slots` their window slots, leftmost first):
+    the masks whose entropy + penalty * (slot distance to the leftmost mask) falls below tau, else the best one;
+    and the decision's slack (`common.margins`). `threshold` and `penalty` per request; -inf: no threshold."""
+    adjusted = (entropy + penalty[:, None] * (slots - slots[:, :1]).float()).masked_fill(~valid, float("inf"))
+    chosen = (adjusted < threshold[:, None]) & valid
+    slack = margins.threshold_rows(adjusted, valid, threshold)
+    none = ~chosen.any(-1)
+    chosen |= none[:, None] & (torch.arange(adjusted.shape[-1]) == adjusted.argmin(-1, keepdim=True))
+    return chosen, torch.where(none, torch.minimum(slack, margins.gap_rows(adjusted, valid)), slack)
 
 
 class WeDLMDecoder(Decoder):
@@ -98,18 +99,50 @@ class WeDLMDecoder(Decoder):
         return RowReading()
 
     def update(self, rows: RowStats) -> Outcome:
-        p = self.leading_filled
-        committed = self.slots[:p]
-        masks = [i - p for i, f in enumerate(self.filled) if not f]
-        self.slots, self.filled = self.slots[p:], self.filled[p:]
-        ends = any(t in self.limits.eos_token_ids for t in committed) or p >= self.remaining
-        if masks and not ends:
-            slots = torch.tensor(masks)
-            chosen, slack = select_masks(rows.entropy, slots, self.config.entropy_threshold,
-                                         self.config.distance_penalty)
-            self.note_margin(slack)
-            tokens = self.pick_rows(rows, chosen).tolist()
-            for slot, token in zip(slots[chosen].tolist(), tokens, strict=True):
-                self.slots[slot] = token
-                self.filled[slot] = True
-        return Outcome(committed, kv_keep=p)
+        return self.update_batch([self], rows, [len(rows)])[0]
+
+    @classmethod
+    def update_batch(cls, decoders: Sequence["WeDLMDecoder"], rows: RowStats, sizes: Sequence[int]) -> list[Outcome]:
+        """Each decoder commits its leading filled run; the mask selection runs over all requests' mask rows."""
+        outcomes, selecting = [], []
+        for i, decoder in enumerate(decoders):
+            p = decoder.leading_filled
+            committed = decoder.slots[:p]
+            masks = [j - p for j, f in enumerate(decoder.filled) if not f]
+            decoder.slots, decoder.filled = decoder.slots[p:], decoder.filled[p:]
+            if masks and not (any(t in decoder.limits.eos_token_ids for t in committed) or p >= decoder.remaining):
+                assert len(masks) == sizes[i], "a window's rows are its masks'"
+                selecting.append((i, masks))
+            outcomes.append(Outcome(committed, kv_keep=p))
+        if selecting:
+            cls._fill([decoders[i] for i, _ in selecting], rows, sizes, selecting)
+        return outcomes
+
+    @staticmethod
+    def _fill(decoders: list["WeDLMDecoder"], rows: RowStats, sizes: Sequence[int],
+              selecting: list[tuple[int, list[int]]]) -> None:
+        """Fill the selected masks of `decoders` (batch rows and mask slots in `selecting`)."""
+        index = torch.tensor([i for i, _ in selecting])
+        entropy, valid = (t[index] for t in padded(rows.entropy, sizes, float("inf")))
+        token, margin = padded(rows.token, sizes, 0)[0][index], padded(rows.margin, sizes, float("inf"))[0][index]
+        width = entropy.shape[-1]
+        slots = torch.tensor([masks + [0] * (width - len(masks)) for _, masks in selecting])
+        config = [decoder.config for decoder in decoders]
+        threshold = torch.tensor([float("-inf") if c.entropy_threshold is None else c.entropy_threshold
+                                  for c in config])
+        chosen, slack = select_masks(entropy, slots, valid, threshold, torch.tensor([c.distance_penalty
+                                                                                     for c in config]))
+        greedy = torch.tensor([decoder.sampling.greedy for decoder in decoders])
+        slack = torch.minimum(slack, margin.masked_fill(~(chosen & greedy[:, None]), float("inf")).amin(-1))
+        starts = torch.tensor([0, *sizes]).cumsum(0).tolist()
+        for decoder, (i, masks), picked, tokens, decision in zip(
+                decoders, selecting, chosen.tolist(), token.tolist(), slack.tolist(), strict=True):
+            filling = [k for k in range(len(masks)) if picked[k]]
+            if decoder.sampling.greedy:
+                tokens = [tokens[k] for k in filling]
+            else:
+                tokens = choose(rows.logits[starts[i] : starts[i + 1]][filling], decoder.sampling,
+                                decoder.generator).tolist()
+            decoder.note_margin(decision)
+            for k, t in zip(filling, tokens, strict=True):
+                decoder.slots[masks[k]], decoder.filled[masks[k]] = t, True

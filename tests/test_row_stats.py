@@ -1,8 +1,10 @@
-"""Engines' batched digest (`common.row_stats.apply_rows`) equals each decoder digesting its own logits."""
+"""Engines' batched digest (`common.row_stats.apply_rows`) equals each decoder digesting its own logits, its
+decisions taken once per step for the whole batch."""
 
 import pytest
 import torch
 
+from common import diffusion, wedlm
 from common.decoder import Limits
 from common.diffusion import DiffusionConfig, DiffusionDecoder
 from common.quadratic_self_spec import QuadraticSelfSpecConfig, QuadraticSelfSpecDecoder
@@ -14,41 +16,56 @@ VOCAB, MASK = 12, 11
 
 
 def decoders(method: str, seeds: list[int | None]) -> list:
+    """One decoder per seed (None: greedy), their windows or blocks and thresholds differing within the batch."""
     made = []
     for i, seed in enumerate(seeds):
         sampling = SamplingParams() if seed is None else SamplingParams(temperature=0.8, seed=seed)
-        limits, prompt = Limits(max_tokens=40 + i, eos_token_ids=(3,)), [1, 2, 4 + i]
+        prompt = [1, 2, 4 + i]
+        limits = Limits(max_tokens=40 + i, eos_token_ids=(3,), context=len(prompt) + 41 + 2 * i)  # blocks shrink
         if method == "wedlm":
-            made.append(WeDLMDecoder(prompt, sampling, limits, WeDLMConfig(window=6, entropy_threshold=2.0,
-                                                                           mask_token_id=MASK)))
+            made.append(WeDLMDecoder(prompt, sampling, limits, WeDLMConfig(
+                window=5 + i % 3, entropy_threshold=[2.0, 0.6, None][i % 3], mask_token_id=MASK)))
         elif method == "quadratic":
             made.append(QuadraticSelfSpecDecoder(prompt, sampling, limits, QuadraticSelfSpecConfig(
                 block_size=3, mask_token_id=MASK)))
         else:
-            made.append(DiffusionDecoder(prompt, sampling, limits, DiffusionConfig(block_size=5,
-                                                                                  confidence_threshold=0.3,
-                                                                                  mask_token_id=MASK)))
+            made.append(DiffusionDecoder(prompt, sampling, limits, DiffusionConfig(
+                block_size=4 + i % 3, confidence_threshold=[0.9, 0.6, 0.3][i % 3], mask_token_id=MASK)))
     return made
 
 
-def run(method: str, seeds: list[int | None], batched: bool) -> list[list[list[int]]]:
-    """Every step's commits, the decoders fed the same random logits (peaked so that some slots fill)."""
-    live, generator, steps = decoders(method, seeds), torch.Generator().manual_seed(0), []
+def run(method: str, seeds: list[int | None], batched: bool) -> tuple[list[list[list[int]]], list[list[float]]]:
+    """Every step's commits and each decoder's decision margins, the decoders fed the same random logits (peaked so
+    that some slots fill)."""
+    made = decoders(method, seeds)
+    live, generator, steps = made, torch.Generator().manual_seed(0), []
     while live := [d for d in live if not d.finished]:
         sizes = [d.next_forward().logit_rows.numel() for d in live]
         logits = torch.randn(sum(sizes), VOCAB, generator=generator) * 4
         outcomes = (apply_rows(live, logits, sizes) if batched
                     else [d.apply(rows) for d, rows in zip(live, logits.split(sizes), strict=True)])
         steps.append([o.committed for o in outcomes])
-    return steps
+    return steps, [d.decision_margins for d in made]
 
 
 @pytest.mark.parametrize("method", ["wedlm", "diffusion", "quadratic"])
-def test_batched_digest_equals_per_request(method: str) -> None:
+def test_batched_digest_equals_per_request(method: str, monkeypatch: pytest.MonkeyPatch) -> None:
     seeds = [None, 5, None, None, 7, None]  # greedy requests batched, sampled ones digesting their own logits
-    steps = run(method, seeds, batched=True)
-    assert steps == run(method, seeds, batched=False)
+    steps, decided = run(method, seeds, batched=True)
+    assert (steps, decided) == run(method, seeds, batched=False)
     assert sum(len(tokens) for step in steps for tokens in step) > len(steps)  # steps that commit several
+    if method != "quadratic":  # the decision runs once per step over the batch's greedy requests
+        module = wedlm if method == "wedlm" else diffusion
+        rule = "select_masks" if method == "wedlm" else "reveal"
+        batches, decide = [], getattr(module, rule)
+
+        def counted(*args: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            batches.append(len(args[0]))
+            return decide(*args)
+
+        monkeypatch.setattr(module, rule, counted)
+        run(method, seeds, batched=True)
+        assert max(batches) == sum(seed is None for seed in seeds)
 
 
 def test_row_stats_match_their_definitions() -> None:
