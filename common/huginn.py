@@ -244,6 +244,7 @@ class HuginnDecoder:
     rows: list[Row] = field(default_factory=list)
     drafts: list[int] = field(default_factory=list)
     draft_probs: list[torch.Tensor] = field(default_factory=list)
+    picked: list[int] = field(default_factory=list)  # the last forward's logit rows its last commits were chosen from
 
     def __post_init__(self) -> None:
         self.generator = self.sampling.generator()
@@ -319,22 +320,30 @@ class HuginnDecoder:
         config = self.config
         if not self.output:
             self.cache_len = len(self.prompt)
-            return self.commit([self.choose(out.logits[-1:])[0]])
+            return self.chosen_from(self.commit([self.choose(out.logits[-1:])[0]]), len(out.logits) - 1)
         if config.sampler == "ar":
             self.cache_len += 1
-            return self.commit(self.choose(out.logits))
-        if config.sampler == "adaptive":
-            return self.apply_adaptive(out)
-        if config.sampler == "speculative":
-            return self.apply_speculative(forward, out)
-        return self.apply_wavefront(forward, out)
+            committed = self.commit(self.choose(out.logits))
+        elif config.sampler == "adaptive":
+            committed = self.apply_adaptive(out)
+        elif config.sampler == "speculative":
+            committed = self.apply_speculative(forward, out)
+        else:
+            committed = self.apply_wavefront(forward, out)
+        return self.chosen_from(committed, 0)
+
+    def chosen_from(self, committed: list[int], row: int) -> list[int]:
+        """Note that the tokens just committed were chosen from the forward's logit rows `row`, `row` + 1, ... (the
+        distributions their logprobs are read from)."""
+        self.picked = list(range(row, row + len(committed)))
+        return committed
 
     def resume(self, logits: torch.Tensor) -> list[int]:
         """After an engine recomputed the KV of every token (a preempted request, as `ar` computes it): the next
         token from the recompute's last row, and the in-flight positions started afresh."""
         self.rows, self.drafts, self.draft_probs = [], [], []
         self.cache_len = len(self.tokens)
-        return self.commit(self.choose(logits[-1:]))
+        return self.chosen_from(self.commit(self.choose(logits[-1:])), len(logits) - 1)
 
     def choose(self, logits: torch.Tensor) -> list[int]:
         return choose(logits, self.sampling, self.generator).tolist()
@@ -410,7 +419,11 @@ def relative_change(new: torch.Tensor, old: torch.Tensor) -> float:
 
 @dataclass
 class HuginnResult:
+    """A request's tokens, each one's log-probability under the distribution the sampler chose it from (the
+    coda's readout of its position's last latent), and the forwards and core passes it took."""
+
     token_ids: list[int]
+    logprobs: list[float]
     forwards: int
     core_passes: int
 
@@ -424,8 +437,12 @@ def generate(model: RavenForCausalLM, prompt: list[int], config: HuginnConfig,
     """Run one request to the end on a fresh cache (the reference runner)."""
     decoder = HuginnDecoder(prompt, sampling or SamplingParams(), limits or Limits(), config, model)
     cache = KVCache(config.cache_lookup_strategy)
+    logprobs: list[float] = []
     with torch.inference_mode():
         while not decoder.finished:
             forward = decoder.plan()
-            decoder.apply(forward, run_forward(model, cache, forward))
-    return HuginnResult(decoder.output, decoder.forwards, decoder.core_passes)
+            out = run_forward(model, cache, forward)
+            committed = decoder.apply(forward, out)
+            rows = out.logits[decoder.picked].float().log_softmax(-1)
+            logprobs += rows.gather(-1, torch.tensor(committed, dtype=torch.long)[:, None])[:, 0].tolist()
+    return HuginnResult(decoder.output, logprobs, decoder.forwards, decoder.core_passes)

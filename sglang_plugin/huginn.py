@@ -8,6 +8,10 @@ kept. Latents live in the decoders, dropped with the request (`PluginWorker.rele
 
 A request SGLang retracts comes back as a prefill of its prompt and output, whose KV is recomputed as `ar`
 computes it: its decoder takes the next token from that prefill's last row and starts its wavefront afresh.
+
+`return_logprob`: each token's entry read from the row that chose it (the coda's readout of its position's last
+latent: `ar`'s distribution at `num_steps`, the exit depth's for `adaptive` and `wavefront`), under the request's
+temperature as SGLang's sampler reports AR's.
 """
 
 from typing import Any
@@ -16,6 +20,7 @@ import torch
 
 from common.decoder import Limits
 from common.huginn import HuginnDecoder, RecurrentForward, RecurrentOutput, RecurrentRows
+from sglang_plugin.logprobs import MISSING, Entry, asked, entries
 from sglang_plugin.worker import PluginWorker, sampling_of
 
 
@@ -49,15 +54,20 @@ class HuginnWorker(PluginWorker):
             for decoder, start, count in zip(decoders, batch.prefix_lens, batch.extend_lens, strict=True)])
         result = self._target_worker.forward_batch_generation(batch, is_verify=True)
         logits = result.logits_output.next_token_logits.float().cpu()
-        first = []
+        first, committed = [], []
         for row, (req, decoder, length) in enumerate(zip(batch.reqs, decoders, batch.seq_lens.tolist(), strict=True)):
             if length < len(req.origin_input_ids) + len(req.output_ids):
                 first.append(0)  # a prompt chunk: SGLang takes no token from it
-            elif not decoder.output:
-                first.append(decoder.apply(decoder.plan(), RecurrentOutput(None, logits[row][None], None))[0])
+                committed.append([])
+                continue
+            if not decoder.output:
+                committed.append(decoder.apply(decoder.plan(), RecurrentOutput(None, logits[row][None], None)))
             else:
-                first.append(decoder.resume(logits[row][None])[0])
-        return self.prefill_result(batch, result, torch.tensor(first, device=self.device), on_publish)
+                committed.append(decoder.resume(logits[row][None]))
+            first.append(committed[-1][0])
+        runs = chosen_logprobs(batch.reqs, decoders, committed, logits[:, None])
+        return self.prefill_result(batch, result, torch.tensor(first, device=self.device), on_publish,
+                                   None if runs is None else [(run or [MISSING])[0] for run in runs])
 
     def unplanned(self, decoder: HuginnDecoder, start: int, count: int) -> RecurrentForward:
         """`num_steps` recurrences from the rows' initial latents (SGLang's input ids are the tokens)."""
@@ -95,4 +105,18 @@ class HuginnWorker(PluginWorker):
             n = forward.token_ids.numel()
             out = RecurrentOutput(latents[row, :n], logits[row, :n], embeds[row, :n])
             committed.append(decoder.apply(forward, out))
-        return self.result(batch, committed, on_publish)
+        return self.result(batch, committed, on_publish, chosen_logprobs(batch.reqs, decoders, committed, logits))
+
+
+def chosen_logprobs(reqs: list[Any], decoders: list[HuginnDecoder], committed: list[list[int]],
+                    logits: torch.Tensor) -> list[list[Entry]] | None:
+    """The entries of each request's committed tokens, read from the rows of `logits` [bs, rows, V] that chose
+    them (`HuginnDecoder.picked`); None if no request asks for logprobs."""
+    asks = [asked(req) for req in reqs]
+    if all(a is None for a in asks):
+        return None
+    picks = [(row, index, token) for row, (a, decoder, tokens) in enumerate(zip(asks, decoders, committed, strict=True))
+             if a is not None and tokens for index, token in zip(decoder.picked, tokens, strict=True)]
+    found = iter(entries(torch.stack([logits[row, index] for row, index, _ in picks]) if picks else logits[:0, 0],
+                         [token for *_, token in picks], [asks[row] for row, *_ in picks]))
+    return [[next(found) for _ in tokens] if a is not None else [] for a, tokens in zip(asks, committed, strict=True)]

@@ -1,5 +1,5 @@
 """Per-request settings our modes do not apply, refused before a request is queued (SGLang answers 400 with the
-message) instead of being ignored or failing inside the scheduler. `return_logprob` every mode but `huginn` reports
+message) instead of being ignored or failing inside the scheduler. `return_logprob` every mode reports
 (`sglang_plugin.logprobs`)."""
 
 from typing import Any
@@ -18,8 +18,6 @@ def check_request(manager: Any, obj: Any, *_: Any, **__: Any) -> None:
     from sglang_plugin.cli import decode_settings
 
     mode = decode_settings(manager.server_args)[0]
-    if obj.return_logprob and mode == "huginn":
-        raise ValueError(f"return_logprob (logprobs) is not supported with --decode-mode {mode}")
     if getattr(obj, "token_ids_logprob", None):
         raise ValueError(f"token_ids_logprob is not supported with --decode-mode {mode}")
     if obj.custom_logit_processor:

@@ -1,7 +1,7 @@
 """Huginn's samplers on a tiny random recurrent-depth model: the paper's equivalences (Algorithm 1 with the fixed exit
 and r' = r is `ar`; a wavefront of one with adaptive exit is `adaptive`), `speculative` lossless against `ar`
-(greedy, and exactly distributed by enumeration), the cache against a recompute, the published config's shapes,
-and settings of another sampler refused by name."""
+(greedy, and exactly distributed by enumeration), the cache against a recompute, `ar`'s logprobs against a
+teacher-forced forward, the published config's shapes, and settings of another sampler refused by name."""
 
 import itertools
 import random
@@ -50,9 +50,13 @@ def outputs(model, prompts, config: HuginnConfig, sampling: SamplingParams) -> l
 @pytest.mark.parametrize("sampling", [SamplingParams(seed=5), SamplingParams(temperature=1.0, seed=7)],
                          ids=["greedy", "sampled"])
 def test_fixed_exit_with_full_inner_recurrence_is_ar(raven, prompts, sampling):
-    ar = outputs(raven, prompts, HuginnConfig(num_steps=R), sampling)
+    """Tokens, and the logprobs read from the rows that chose them (the wavefront's leading frozen ones)."""
     wave = HuginnConfig(sampler="wavefront", num_steps=R, inner_recurrence=R, freeze_strategy="fixed")
-    assert outputs(raven, prompts, wave, sampling) == ar
+    for prompt in prompts:
+        ar = generate(raven, prompt, HuginnConfig(num_steps=R), sampling, Limits(MAX_TOKENS))
+        got = generate(raven, prompt, wave, sampling, Limits(MAX_TOKENS))
+        assert got.token_ids == ar.token_ids
+        assert torch.allclose(torch.tensor(got.logprobs), torch.tensor(ar.logprobs), atol=1e-5)
 
 
 def test_wavefront_of_one_with_adaptive_exit_is_adaptive(raven, prompts):
@@ -133,6 +137,23 @@ def test_cached_ar_equals_recompute(raven, prompts, layout, steps):
             with torch.inference_mode():
                 tokens.append(int(run_forward(raven, KVCache(layout), forward).logits[-1].argmax()))
         assert got == tokens[len(prompt):]
+
+
+@pytest.mark.parametrize("sampling", [SamplingParams(seed=5), SamplingParams(temperature=1.0, seed=7)],
+                         ids=["greedy", "sampled"])
+def test_ar_logprobs_are_the_teacher_forced_distribution(raven, prompts, sampling):
+    """`ar`'s logprobs: each token's log-softmax in one parallel forward over the prompt and the output (the `full`
+    cache, where the two see the same keys)."""
+    config = HuginnConfig(num_steps=R, cache_lookup_strategy="full")
+    for prompt in prompts:
+        result = generate(raven, prompt, config, sampling, Limits(MAX_TOKENS))
+        tokens = prompt + result.token_ids
+        decoder = HuginnDecoder(prompt, sampling, Limits(MAX_TOKENS), config, raven)
+        forward = RecurrentForward(torch.tensor(tokens[:-1]), 0, decoder.latents(0, len(tokens) - 1), R)
+        with torch.inference_mode():
+            rows = run_forward(raven, KVCache("full"), forward).logits[len(prompt) - 1 :].log_softmax(-1)
+        want = rows.gather(-1, torch.tensor(result.token_ids)[:, None])[:, 0]
+        assert torch.allclose(torch.tensor(result.logprobs), want, atol=1e-5)
 
 
 def test_published_config_instantiates():

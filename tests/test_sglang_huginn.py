@@ -1,6 +1,7 @@
 """Huginn on SGLang (`decode_mode="huginn"` on a `RavenForCausalLM` checkpoint): every sampler SGLang serves gives
-the `common.huginn` reference's tokens, greedy and seeded, batched; under retraction the server keeps serving and
-every request gets its tokens; a mode and a checkpoint that do not go together are refused before a model loads.
+the `common.huginn` reference's tokens and logprobs, greedy and seeded, batched; under retraction the server keeps
+serving and every request gets its tokens; a mode and a checkpoint that do not go together are refused before a
+model loads.
 
 Runs in the SGLang environment (see `tests/test_sglang_server.py`)."""
 
@@ -8,8 +9,10 @@ import json
 import os
 import re
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
+import torch
 
 if os.environ.get("PD_REQUIRE_SGLANG") != "1":
     pytest.importorskip("sglang")
@@ -29,26 +32,38 @@ from tests.test_sglang_server import generate as complete
 
 MAX_TOKENS = 24
 SEED = 11
+TRAINED = Path(__file__).resolve().parents[1] / "scripts" / "trained" / "raven"
 
 
 @pytest.mark.parametrize("settings", [{"sampler": "ar"}, {"sampler": "adaptive", "num_steps": 16},
-                                      {"sampler": "wavefront", "num_steps": 16, "inner_recurrence": 4}],
+                                      {"sampler": "wavefront", "num_steps": 32, "inner_recurrence": 4}],
                          ids=["ar", "adaptive", "wavefront"])
 def test_samplers_equal_the_reference(engine_dir, prompts, cpu_engine_env, settings):  # noqa: F811
-    model_dir = engine_dir["raven"]
+    """Tokens, and for every other request the logprobs of the rows that chose them (the wavefront on the trained
+    Raven, whose converged positions freeze several per step)."""
+    model_dir = TRAINED if settings["sampler"] == "wavefront" else engine_dir["raven"]
     ids = [AutoTokenizer.from_pretrained(model_dir).encode(p)[:12] for p in prompts[:4]]
     model, config = RavenForCausalLM.from_pretrained(model_dir), HuginnConfig(**settings)
     requests = [(p, t, SEED + i) for t in (0.0, 1.0) for i, p in enumerate(ids)]
-    want = [generate(model, p, config, SamplingParams(temperature=t, seed=s), Limits(MAX_TOKENS)).token_ids
+    want = [generate(model, p, config, SamplingParams(temperature=t, seed=s), Limits(MAX_TOKENS))
             for p, t, s in requests]
+    asked = [i % 2 == 1 for i in range(len(requests))]  # the second prompt freezes two positions at once
     engine = sglang.Engine(model_path=str(model_dir), decode_mode="huginn", decode_config=settings, **CPU_KWARGS)
     try:
         got = engine.generate(input_ids=[p for p, _, _ in requests], sampling_params=[
             {"temperature": t, "sampling_seed": s, "max_new_tokens": MAX_TOKENS, "ignore_eos": True}
-            for _, t, s in requests])
+            for _, t, s in requests], return_logprob=asked)
     finally:
         engine.shutdown()
-    assert [out["output_ids"] for out in got] == want
+    assert [out["output_ids"] for out in got] == [r.token_ids for r in want]
+    for out, ref, asks in zip(got, want, asked, strict=True):  # temperature 0 or 1: SGLang's and the raw alike
+        reported = out["meta_info"].get("output_token_logprobs")
+        if not asks:
+            assert not reported
+            continue
+        assert [token for _, token, _ in reported] == ref.token_ids
+        torch.testing.assert_close(torch.tensor([value for value, _, _ in reported]), torch.tensor(ref.logprobs),
+                                   atol=1e-4, rtol=0)
 
 
 def test_retracted_requests_finish(engine_dir, prompts, tmp_path, monkeypatch):

@@ -187,7 +187,7 @@ def test_huginn_tensor_parallel_refused_before_the_checkpoint(v2_env):
 
 
 @pytest.mark.parametrize("method", [{"method": "wedlm"}, {"method": "diffusion_self", "mode": "quadratic",
-                                     "num_speculative_tokens": 3}])
+                                     "num_speculative_tokens": 3}, {"method": "huginn"}])
 def test_processed_logprobs_mode_refused_for_committing_methods(v2_env, method):
     """Their decoders, not vLLM's sampler, process the logits: the raw modes are reported, the processed refused."""
     v2_env(None)

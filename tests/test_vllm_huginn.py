@@ -1,11 +1,12 @@
 """Huginn on vLLM (`{"method": "huginn", "sampler": ...}` on a `RavenForCausalLM` checkpoint): every sampler the
-engine serves gives the `common.huginn` reference's tokens, greedy and seeded, batched; the wavefront keeps its
-saving of sequential core passes on the trained Raven; preempted requests finish and leave nothing behind; a
-method and a checkpoint that do not go together are refused."""
+engine serves gives the `common.huginn` reference's tokens and logprobs, greedy and seeded, batched; the wavefront
+keeps its saving of sequential core passes on the trained Raven; preempted requests finish and leave nothing
+behind; a method and a checkpoint that do not go together are refused."""
 
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.vllm_engine import engine  # isort: split
 
@@ -38,10 +39,11 @@ def reference(model_dir: Path, prompts: list[list[int]], settings: dict, tempera
 
 
 def served(model_dir: Path, prompts: list[list[int]], settings: dict, temperatures: tuple[float, ...], **kwargs
-           ) -> tuple[list[list[int]], int, dict[str, int]]:
-    """Every prompt at every temperature in one batch: tokens, the core passes the engine ran, and the proposer's
-    per-request tables after the batch."""
-    params = [SamplingParams(temperature=t, seed=SEED + i, max_tokens=MAX_TOKENS, ignore_eos=True, detokenize=False)
+           ) -> tuple[list, int, dict[str, int]]:
+    """Every prompt at every temperature in one batch, every other request asking for logprobs: its outputs, the
+    core passes the engine ran, and the proposer's per-request tables after the batch."""
+    params = [SamplingParams(temperature=t, seed=SEED + i, max_tokens=MAX_TOKENS, ignore_eos=True, detokenize=False,
+                             logprobs=2 if i % 2 == 0 else None)
               for t in temperatures for i in range(len(prompts))]
     with engine(model_dir, {"method": "huginn", **settings}, skip_tokenizer_init=True, **kwargs) as llm:
         runner = llm.llm_engine.model_executor.driver_worker.worker.model_runner
@@ -49,8 +51,7 @@ def served(model_dir: Path, prompts: list[list[int]], settings: dict, temperatur
         outputs = llm.generate([TokensPrompt(prompt_token_ids=p) for _ in temperatures for p in prompts], params,
                                use_tqdm=False)
         announce(llm)
-        return ([list(o.outputs[0].token_ids) for o in outputs], runner.get_model().core_passes - before,
-                runner.drafter.entries)
+        return [o.outputs[0] for o in outputs], runner.get_model().core_passes - before, runner.drafter.entries
 
 
 @pytest.mark.parametrize("settings", [{"sampler": "ar"}, {"sampler": "adaptive", "num_steps": 16},
@@ -61,17 +62,27 @@ def test_samplers_equal_the_reference(engine_dir, prompts, settings):
     ids = token_prompts(model_dir, prompts[:4])
     want = reference(model_dir, ids, settings, (0.0, 1.0))
     got, _, entries = served(model_dir, ids, settings, (0.0, 1.0))
-    assert got == [r.token_ids for r in want]
+    assert [list(o.token_ids) for o in got] == [r.token_ids for r in want]
     assert sum(entries.values()) == 0
+    for i, (out, ref) in enumerate(zip(got, want, strict=True)):  # the rows that chose each token
+        if i % len(ids) % 2:
+            assert out.logprobs is None
+        else:
+            reported = [step[token].logprob for step, token in zip(out.logprobs, out.token_ids, strict=True)]
+            assert torch.allclose(torch.tensor(reported), torch.tensor(ref.logprobs), atol=1e-4), i
 
 
 def test_trained_wavefront_saves_core_passes():
     """On the trained Raven at r = 32, the batch's sequential core passes under the wavefront are at most a quarter
-    of `ar`'s (the reference saves about 6.8x), with the reference's tokens."""
+    of `ar`'s (the reference saves about 6.8x), with the reference's tokens and logprobs."""
     ids = token_prompts(TRAINED, ["def __init__(self, name", "    return self._data[", "import os\nimport sys\n"])
     wavefront = {"sampler": "wavefront", "num_steps": 32, "inner_recurrence": 4}
     got, passes, _ = served(TRAINED, ids, wavefront, (0.0,))
-    assert got == [r.token_ids for r in reference(TRAINED, ids, wavefront, (0.0,))]
+    want = reference(TRAINED, ids, wavefront, (0.0,))
+    assert [list(o.token_ids) for o in got] == [r.token_ids for r in want]
+    for out, ref in zip(got[::2], want[::2], strict=True):  # several tokens frozen per step, each its own row's
+        reported = [step[token].logprob for step, token in zip(out.logprobs, out.token_ids, strict=True)]
+        assert torch.allclose(torch.tensor(reported), torch.tensor(ref.logprobs), atol=1e-4)
     _, ar_passes, _ = served(TRAINED, ids, {"sampler": "ar", "num_steps": 32}, (0.0,))
     assert ar_passes == 32 * MAX_TOKENS
     assert 4 * passes <= ar_passes, (passes, ar_passes)
@@ -106,8 +117,8 @@ def test_unapplied_request_option_refused(engine_dir):
     from vllm.exceptions import VLLMValidationError
 
     with engine(engine_dir["raven"], {"method": "huginn", "sampler": "wavefront"}, skip_tokenizer_init=True) as llm, \
-            pytest.raises(VLLMValidationError, match="logprobs"):
-        llm.generate([TokensPrompt(prompt_token_ids=[1, 2, 3])], SamplingParams(max_tokens=4, logprobs=2))
+            pytest.raises(VLLMValidationError, match="prompt_logprobs"):
+        llm.generate([TokensPrompt(prompt_token_ids=[1, 2, 3])], SamplingParams(max_tokens=4, prompt_logprobs=2))
 
 
 def test_published_config_instantiates(tmp_path):

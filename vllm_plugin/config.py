@@ -181,7 +181,7 @@ def translate(engine_args: Any, model_config: Any) -> None:
     if method == "huginn" and engine_args.tensor_parallel_size > 1:
         refuse(ConfigError("method huginn runs with tensor_parallel_size 1 only (RavenForCausalLM's layers are not "
                            f"sharded here), got {engine_args.tensor_parallel_size}"))
-    if method != "huginn" and committing(method, config) and engine_args.logprobs_mode not in RAW_MODES:
+    if committing(method, config) and engine_args.logprobs_mode not in RAW_MODES:
         refuse(ConfigError(f"method {method} reports logprobs_mode {' or '.join(RAW_MODES)} (its decoder, not vLLM's "
                            f"sampler, processes the logits), got {engine_args.logprobs_mode!r}"))
     architectures = getattr(model_config.hf_config, "architectures", None) or []

@@ -5,7 +5,8 @@ positions (the wavefront's) are the step's scheduled tokens, the rest riding as 
 forward, the rows' latents, recurrence counts and mixed embeddings go to the model (`vllm_plugin.raven`); after it,
 the decoder digests the rows' logits, latents and embeddings in place of vLLM's sampler and the positions it
 freezes are the step's output, their KV kept (`CommitScheduler` rolls back the rest, and a step that freezes
-nothing commits nothing). Latents live in the decoders, dropped when vLLM finishes or aborts a request.
+nothing commits nothing). Latents live in the decoders, dropped when vLLM finishes or aborts a request. `logprobs`
+are read from the rows each token was chosen from (`HuginnDecoder.picked`).
 
 A step the decoder did not plan (a prompt or a prompt chunk, a preempted request's recompute, part of a window
 under vLLM's token budget) runs `num_steps` recurrences from the rows' initial latents and commits nothing but a
@@ -19,6 +20,7 @@ import torch
 
 from common.decoder import Limits
 from common.huginn import HuginnDecoder, RecurrentForward, RecurrentOutput, RecurrentRows
+from vllm_plugin.logprobs import logprobs_tensors, processed
 from vllm_plugin.proposer import PluginProposer, request_sampling
 
 
@@ -87,6 +89,7 @@ class HuginnProposer(PluginProposer):
         last = runner.get_model().last
         ends = metadata.cu_num_sampled_tokens.tolist() if metadata is not None else range(1, len(self.staged) + 1)
         committed: list[list[int]] = []
+        chosen_rows: list[tuple[int, int, int]] = []  # batch row, slot, the logits row its token was chosen from
         first_logit = 0
         for staged, end_logit in zip(self.staged, ends, strict=True):
             state = self.requests[staged.req_id]
@@ -94,13 +97,23 @@ class HuginnProposer(PluginProposer):
             out = RecurrentOutput(last.latents[rows].float().cpu(), logits[first_logit:end_logit].float().cpu(),
                                   last.embeds[rows].float().cpu())
             committed.append(self.commit(runner, staged, state, out))
+            if committed[-1] and staged.req_id in runner.input_batch.num_logprobs:
+                chosen_rows += [(len(committed) - 1, slot, first_logit + index)
+                                for slot, index in enumerate(state.decoder.picked)]
             first_logit = end_logit
         self.staged = []
         width = max(2, *(len(tokens) + 1 for tokens in committed))
         sampled = torch.full((len(committed), width), -1, dtype=torch.int32)
         for row, tokens in enumerate(committed):
             sampled[row, : len(tokens)] = torch.tensor(tokens, dtype=torch.int32)
-        return SamplerOutput(sampled_token_ids=sampled.to(logits.device), logprobs_tensors=None)
+        logprobs = None
+        if runner.input_batch.num_logprobs:  # the distributions the tokens were chosen from
+            mode = runner.model_config.logprobs_mode
+            logprobs = logprobs_tensors([processed(logits[index], mode) for *_, index in chosen_rows],
+                                        [committed[row][slot] for row, slot, _ in chosen_rows],
+                                        [row * width + slot for row, slot, _ in chosen_rows], (len(committed), width),
+                                        runner.input_batch.max_num_logprobs, runner.sampler, logits)
+        return SamplerOutput(sampled_token_ids=sampled.to(logits.device), logprobs_tensors=logprobs)
 
     def commit(self, runner: Any, staged: StagedRow, state: HuginnRequest, out: RecurrentOutput) -> list[int]:
         """The tokens the step commits for one request: its planned forward's, or a finished prompt's first."""

@@ -45,8 +45,6 @@ def committed_logprobs(logits: torch.Tensor, steps: dict[int, tuple[CommittedSte
     committed step and its per-request state, whose `carried` row it reads and updates), its committed tokens'
     logprobs and top `num_logprobs`; the other slots are filler vLLM drops (invalid tokens, or requests that did
     not ask). A row missing from the step (never, for our methods) reports -inf."""
-    from vllm.v1.outputs import LogprobsTensors
-
     slots, rows, tokens = [], [], []
     for row, (step, state) in steps.items():
         count = len(step.committed)
@@ -59,6 +57,16 @@ def committed_logprobs(logits: torch.Tensor, steps: dict[int, tuple[CommittedSte
         following = step.row(logits, named.next_row, mode)
         if following is not None or count:
             state.carried = following
+    return logprobs_tensors(rows, tokens, slots, shape, num_logprobs, sampler, logits)
+
+
+def logprobs_tensors(rows: list[torch.Tensor], tokens: list[int], slots: list[int], shape: tuple[int, int],
+                     num_logprobs: int, sampler: Any, logits: torch.Tensor) -> Any:
+    """vLLM's `LogprobsTensors` for an output of `shape` (requests x slots) whose flat slot `slots[i]` holds
+    `tokens[i]`, predicted by `rows[i]` (processed as vLLM's mode asks); the other slots are filler vLLM drops
+    (`logits`: the step's, for a filler row and the device)."""
+    from vllm.v1.outputs import LogprobsTensors
+
     if not rows:  # nothing committed: every slot is filler
         rows, tokens, slots = [logits[0].float()], [0], []
     gathered = sampler.gather_logprobs(torch.stack(rows), num_logprobs,

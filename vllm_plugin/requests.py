@@ -1,6 +1,7 @@
 """Per-request settings `wedlm`, `diffusion`, `huginn` and quadratic `diffusion_self` do not apply (their decoders
 replace vLLM's sampler and its logits processors), refused by name before a request is queued: the offline API
-raises, the OpenAI server answers 400. `logprobs` they report (`vllm_plugin.logprobs`), all but `huginn`.
+raises, the OpenAI server answers 400. `logprobs` they report (`vllm_plugin.logprobs`; `huginn`'s are those of the
+distribution each token was chosen from).
 
 The lossless methods are verified by vLLM's own rejection sampler, which applies them to the target."""
 
@@ -13,7 +14,7 @@ from vllm_plugin.config import ADDITIONAL_CONFIG_KEY
 NEUTRAL = {"presence_penalty": 0.0, "frequency_penalty": 0.0, "repetition_penalty": 1.0, "min_p": 0.0,
            "min_tokens": 0, "logprobs": None, "prompt_logprobs": None, "logprob_token_ids": None,
            "structured_outputs": None, "logit_bias": None, "allowed_token_ids": None, "bad_words": None}
-# What they report all the same, all but huginn (whose rows are latents' readouts, not AR's).
+# What they report all the same.
 REPORTED = {"logprobs"}
 
 
@@ -25,7 +26,7 @@ def check(method: str, params: Any, committing: bool) -> None:
     if not committing:
         return
     for name, neutral in NEUTRAL.items():
-        if name in REPORTED and method != "huginn":
+        if name in REPORTED:
             continue
         value = getattr(params, name, neutral)
         if value != neutral and value not in ({}, []):
