@@ -15,8 +15,8 @@ from vllm import SamplingParams, TokensPrompt
 
 from common.decoder import Limits
 from common.errors import ConfigError
-from common.huginn import HuginnConfig, generate
-from common.models.raven import RavenForCausalLM
+from common.huginn import HuginnConfig, HuginnDecoder, RecurrentForward, generate, run_forward
+from common.models.raven import KVCache, RavenForCausalLM
 from common.sampling import SamplingParams as ReferenceSampling
 from tests.test_vllm_abort import announce
 
@@ -43,7 +43,7 @@ def served(model_dir: Path, prompts: list[list[int]], settings: dict, temperatur
     """Every prompt at every temperature in one batch, every other request asking for logprobs: its outputs, the
     core passes the engine ran, and the proposer's per-request tables after the batch."""
     params = [SamplingParams(temperature=t, seed=SEED + i, max_tokens=MAX_TOKENS, ignore_eos=True, detokenize=False,
-                             logprobs=2 if i % 2 == 0 else None)
+                             logprobs=2 if i % 2 == 0 else None, prompt_logprobs=1 if i == 0 else None)
               for t in temperatures for i in range(len(prompts))]
     with engine(model_dir, {"method": "huginn", **settings}, skip_tokenizer_init=True, **kwargs) as llm:
         runner = llm.llm_engine.model_executor.driver_worker.worker.model_runner
@@ -51,7 +51,7 @@ def served(model_dir: Path, prompts: list[list[int]], settings: dict, temperatur
         outputs = llm.generate([TokensPrompt(prompt_token_ids=p) for _ in temperatures for p in prompts], params,
                                use_tqdm=False)
         announce(llm)
-        return [o.outputs[0] for o in outputs], runner.get_model().core_passes - before, runner.drafter.entries
+        return outputs, runner.get_model().core_passes - before, runner.drafter.entries
 
 
 @pytest.mark.parametrize("settings", [{"sampler": "ar"}, {"sampler": "adaptive", "num_steps": 16},
@@ -61,7 +61,8 @@ def test_samplers_equal_the_reference(engine_dir, prompts, settings):
     model_dir = engine_dir["raven"]
     ids = token_prompts(model_dir, prompts[:4])
     want = reference(model_dir, ids, settings, (0.0, 1.0))
-    got, _, entries = served(model_dir, ids, settings, (0.0, 1.0))
+    outputs, _, entries = served(model_dir, ids, settings, (0.0, 1.0))
+    got = [o.outputs[0] for o in outputs]
     assert [list(o.token_ids) for o in got] == [r.token_ids for r in want]
     assert sum(entries.values()) == 0
     for i, (out, ref) in enumerate(zip(got, want, strict=True)):  # the rows that chose each token
@@ -70,6 +71,17 @@ def test_samplers_equal_the_reference(engine_dir, prompts, settings):
         else:
             reported = [step[token].logprob for step, token in zip(out.logprobs, out.token_ids, strict=True)]
             assert torch.allclose(torch.tensor(reported), torch.tensor(ref.logprobs), atol=1e-4), i
+    model, config = RavenForCausalLM.from_pretrained(model_dir), HuginnConfig(**settings)
+    for request, (prompt, seed) in enumerate([(ids[0], SEED)] * 2):  # the prefill's rows, as `ar` runs them
+        decoder = HuginnDecoder(prompt, ReferenceSampling(seed=seed), Limits(MAX_TOKENS), config, model)
+        forward = RecurrentForward(torch.tensor(prompt), 0, decoder.latents(0, len(prompt)), config.num_steps)
+        with torch.inference_mode():
+            rows = run_forward(model, KVCache(config.cache_lookup_strategy), forward).logits.log_softmax(-1)
+        reported = outputs[request * len(ids)].prompt_logprobs
+        assert reported[0] is None and len(reported) == len(prompt)
+        values = [step[token].logprob for step, token in zip(reported[1:], prompt[1:], strict=True)]
+        want_values = rows[:-1].gather(-1, torch.tensor(prompt[1:])[:, None])[:, 0]
+        assert torch.allclose(torch.tensor(values), want_values, atol=1e-4)
 
 
 def test_trained_wavefront_saves_core_passes():
@@ -77,8 +89,8 @@ def test_trained_wavefront_saves_core_passes():
     of `ar`'s (the reference saves about 6.8x), with the reference's tokens and logprobs."""
     ids = token_prompts(TRAINED, ["def __init__(self, name", "    return self._data[", "import os\nimport sys\n"])
     wavefront = {"sampler": "wavefront", "num_steps": 32, "inner_recurrence": 4}
-    got, passes, _ = served(TRAINED, ids, wavefront, (0.0,))
-    want = reference(TRAINED, ids, wavefront, (0.0,))
+    outputs, passes, _ = served(TRAINED, ids, wavefront, (0.0,))
+    got, want = [o.outputs[0] for o in outputs], reference(TRAINED, ids, wavefront, (0.0,))
     assert [list(o.token_ids) for o in got] == [r.token_ids for r in want]
     for out, ref in zip(got[::2], want[::2], strict=True):  # several tokens frozen per step, each its own row's
         reported = [step[token].logprob for step, token in zip(out.logprobs, out.token_ids, strict=True)]

@@ -1,7 +1,7 @@
 """Per-request settings `wedlm`, `diffusion`, `huginn` and quadratic `diffusion_self` do not apply (their decoders
 replace vLLM's sampler and its logits processors), refused by name before a request is queued: the offline API
 raises, the OpenAI server answers 400. `logprobs` they report (`vllm_plugin.logprobs`; `huginn`'s are those of the
-distribution each token was chosen from).
+distribution each token was chosen from), and `prompt_logprobs` from their causal prefill (all but `wedlm`).
 
 The lossless methods are verified by vLLM's own rejection sampler, which applies them to the target."""
 
@@ -15,7 +15,7 @@ NEUTRAL = {"presence_penalty": 0.0, "frequency_penalty": 0.0, "repetition_penalt
            "min_tokens": 0, "logprobs": None, "prompt_logprobs": None, "logprob_token_ids": None,
            "structured_outputs": None, "logit_bias": None, "allowed_token_ids": None, "bad_words": None}
 # What they report all the same.
-REPORTED = {"logprobs"}
+REPORTED = {"logprobs", "prompt_logprobs"}
 
 
 def check(method: str, params: Any, committing: bool) -> None:
@@ -26,7 +26,7 @@ def check(method: str, params: Any, committing: bool) -> None:
     if not committing:
         return
     for name, neutral in NEUTRAL.items():
-        if name in REPORTED:
+        if name in REPORTED and not (name == "prompt_logprobs" and method == "wedlm"):
             continue
         value = getattr(params, name, neutral)
         if value != neutral and value not in ({}, []):
