@@ -2,7 +2,8 @@
 and the top-k equal the model's teacher-forced log-softmax over the request's temperature (1 for greedy, as
 SGLang's sampler reports them), greedy and seeded requests batched with one asking for none; WeDLM's commit path
 (its carried row), block diffusion's (its end settled in a reveal) and the lossless verify path. Logprobs of chosen
-token ids (`token_ids_logprob`), which no mode reports, are refused.
+token ids (`token_ids_logprob`), which no mode reports, are refused. The prompt's (`logprob_start_len`) are SGLang's
+own prefill's, the teacher-forced ones.
 
 Runs in the SGLang environment (see `tests/test_sglang_server.py`)."""
 
@@ -51,7 +52,7 @@ def test_logprobs_are_ar_logprobs(engine_dir, prompts, cpu_engine_env, mode, con
                            **CPU_KWARGS)
     try:
         outputs = engine.generate(input_ids=ids, sampling_params=params, return_logprob=asked,
-                                  top_logprobs_num=[TOP] * len(ids))
+                                  top_logprobs_num=[TOP] * len(ids), logprob_start_len=[0] * len(ids))
         with pytest.raises(ValueError, match="token_ids_logprob is not supported"):
             engine.generate(input_ids=ids[0], sampling_params=params[0], return_logprob=True, token_ids_logprob=[5])
     finally:
@@ -67,6 +68,12 @@ def test_logprobs_are_ar_logprobs(engine_dir, prompts, cpu_engine_env, mode, con
         with torch.inference_mode():
             logits = model(torch.tensor([prompt + tokens])).logits[0].float()
         want = (logits / (temperature or 1.0)).log_softmax(-1)
+        if not temperature:  # the prompt's, from SGLang's own prefill (which our modes leave as it is)
+            given = out["meta_info"]["input_token_logprobs"]
+            assert [token for _, token, _ in given] == prompt and given[0][0] is None
+            torch.testing.assert_close(torch.tensor([value for value, _, _ in given[1:]]),
+                                       want[: len(prompt) - 1].gather(-1, torch.tensor(prompt[1:])[:, None])[:, 0],
+                                       atol=TOLERANCE, rtol=0)
         for j, ((logprob, token, _), top) in enumerate(zip(reported, out["meta_info"]["output_top_logprobs"],
                                                           strict=True)):
             row = want[len(prompt) + j - 1]
