@@ -4,7 +4,7 @@ decisions taken once per step for the whole batch."""
 import pytest
 import torch
 
-from common import diffusion, wedlm
+from common import diffusion, row_stats, wedlm
 from common.decoder import Limits
 from common.diffusion import DiffusionConfig, DiffusionDecoder
 from common.quadratic_self_spec import QuadraticSelfSpecConfig, QuadraticSelfSpecDecoder
@@ -84,3 +84,15 @@ def test_row_stats_match_their_definitions() -> None:
     assert RowReading().excluded is None
     host = stats.host()
     assert torch.equal(host.token, stats.token) and torch.equal(host.margin, stats.margin)
+
+
+@pytest.mark.parametrize("keep_logits", [False, True])
+def test_cpu_passes_in_chunks_equal_one_pass(monkeypatch: pytest.MonkeyPatch, keep_logits: bool) -> None:
+    logits = torch.randn(11, VOCAB, generator=torch.Generator().manual_seed(2)) * 3
+    excluding = torch.arange(11) % 3 != 0
+    whole = row_stats.RowStats.of(logits, MASK, keep_logits, excluding)
+    monkeypatch.setattr(row_stats, "CPU_PASS_ELEMENTS", 4 * VOCAB)  # passes of 4, 4 and 3 rows
+    chunked = row_stats.RowStats.of(logits, MASK, keep_logits, excluding)
+    for name in ("token", "margin", "entropy", "confidence", "logits"):
+        a, b = getattr(whole, name), getattr(chunked, name)
+        assert (a is None and b is None) if not keep_logits and name == "logits" else torch.equal(a, b), name
