@@ -4,6 +4,7 @@ import sys
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 
 import torch
 
@@ -128,7 +129,7 @@ class Decoder(ABC):
     def update_batch(cls, decoders: Sequence["Decoder"], rows: RowStats, sizes: Sequence[int]) -> list[Outcome]:
         """`update` for several decoders, each reading its `sizes[i]` consecutive rows. Methods whose decisions run
         over the batch as tensors override it, and their `update` is the batch of one."""
-        starts = torch.tensor([0, *sizes]).cumsum(0).tolist()
+        starts = list(accumulate(sizes, initial=0))
         return [decoder.update(rows.part(starts[i], starts[i + 1])) for i, decoder in enumerate(decoders)]
 
     def _digesting(self) -> bool:

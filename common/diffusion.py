@@ -10,6 +10,7 @@ run covers `max_tokens` or reaches an EOS.
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 
 import torch
 
@@ -98,7 +99,7 @@ class DiffusionDecoder(Decoder):
     def update_batch(cls, decoders: Sequence["DiffusionDecoder"], rows: RowStats, sizes: Sequence[int]
                      ) -> list[Outcome]:
         """Blocks still revealing decide together over their slots; a revealed block commits with its next seed."""
-        starts = torch.tensor([0, *sizes]).cumsum(0).tolist()
+        starts = list(accumulate(sizes, initial=0))
         outcomes = [Outcome() for _ in decoders]
         revealing = []
         for i, decoder in enumerate(decoders):
@@ -110,17 +111,17 @@ class DiffusionDecoder(Decoder):
                 decoder.block = None
                 outcomes[i] = Outcome(revealed + [seed], kv_keep=len(revealed) + 1)
         if revealing:
-            for i, outcome in zip(revealing, cls._reveal([decoders[i] for i in revealing], rows, sizes, revealing,
-                                                         starts), strict=True):
+            for i, outcome in zip(revealing, cls._reveal(decoders, rows, sizes, revealing), strict=True):
                 outcomes[i] = outcome
         return outcomes
 
     @staticmethod
-    def _reveal(decoders: list["DiffusionDecoder"], rows: RowStats, sizes: Sequence[int], index: list[int],
-                starts: list[int]) -> list[Outcome]:
-        """One reveal for each of `decoders` (batch rows `index`): a greedy block takes its slots' argmax
-        candidates, a sampled one draws them; the block's leading revealed run is final."""
-        at = torch.tensor(index)
+    def _reveal(decoders: Sequence["DiffusionDecoder"], rows: RowStats, sizes: Sequence[int], index: list[int]
+                ) -> list[Outcome]:
+        """One reveal for each of the decoders `index` names: a greedy block takes its slots' argmax candidates, a
+        sampled one draws them; the block's leading revealed run is final."""
+        at, starts = torch.tensor(index), list(accumulate(sizes, initial=0))
+        decoders = [decoders[i] for i in index]
         widths = [sizes[i] for i in index]
         (token, valid), (confidence, _), (margin, _) = (padded(t, sizes, fill) for t, fill in (
             (rows.token, 0), (rows.confidence, -1.0), (rows.margin, float("inf"))))

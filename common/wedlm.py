@@ -9,6 +9,7 @@ refill the window.
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 
 import torch
 
@@ -115,14 +116,16 @@ class WeDLMDecoder(Decoder):
                 selecting.append((i, masks))
             outcomes.append(Outcome(committed, kv_keep=p))
         if selecting:
-            cls._fill([decoders[i] for i, _ in selecting], rows, sizes, selecting)
+            cls._fill(decoders, rows, sizes, selecting)
         return outcomes
 
     @staticmethod
-    def _fill(decoders: list["WeDLMDecoder"], rows: RowStats, sizes: Sequence[int],
+    def _fill(decoders: Sequence["WeDLMDecoder"], rows: RowStats, sizes: Sequence[int],
               selecting: list[tuple[int, list[int]]]) -> None:
-        """Fill the selected masks of `decoders` (batch rows and mask slots in `selecting`)."""
+        """Fill the selected masks of the decoders `selecting` names, each with its window's mask slots."""
         index = torch.tensor([i for i, _ in selecting])
+        starts = list(accumulate(sizes, initial=0))
+        decoders = [decoders[i] for i, _ in selecting]
         entropy, valid = (t[index] for t in padded(rows.entropy, sizes, float("inf")))
         token, margin = padded(rows.token, sizes, 0)[0][index], padded(rows.margin, sizes, float("inf"))[0][index]
         width = entropy.shape[-1]
@@ -134,7 +137,6 @@ class WeDLMDecoder(Decoder):
                                                                                      for c in config]))
         greedy = torch.tensor([decoder.sampling.greedy for decoder in decoders])
         slack = torch.minimum(slack, margin.masked_fill(~(chosen & greedy[:, None]), float("inf")).amin(-1))
-        starts = torch.tensor([0, *sizes]).cumsum(0).tolist()
         for decoder, (i, masks), picked, tokens, decision in zip(
                 decoders, selecting, chosen.tolist(), token.tolist(), slack.tolist(), strict=True):
             filling = [k for k in range(len(masks)) if picked[k]]
