@@ -118,9 +118,9 @@ REFUSED = [("logprobs", {"logprobs": 2}), ("presence_penalty", {"presence_penalt
 
 def test_unapplied_options_refused_by_name(server, spec, cases):
     """`wedlm`, `diffusion` and `huginn` refuse, with a 400 naming it, every per-request option their decoders would
-    not apply (sampled requests: greedy ones make vLLM drop min_p), and keep serving; `logprobs` all but `huginn`
-    report. The lossless methods leave them to vLLM, whose rejection sampler applies them and which refuses min_p
-    and logit_bias with any speculation."""
+    not apply (sampled requests: greedy ones make vLLM drop min_p), and keep serving; `logprobs` they report, and
+    `prompt_logprobs` all but `wedlm` (whose prefill emits no token). The lossless methods leave them to vLLM, whose
+    rejection sampler applies them and which refuses min_p and logit_bias with any speculation."""
     prompt, _, text, _, _ = cases[0]
     for name, extra in REFUSED:
         create = functools.partial(server.completions.create, model="tiny", prompt=prompt, max_tokens=4,
@@ -129,11 +129,15 @@ def test_unapplied_options_refused_by_name(server, spec, cases):
             if name not in ("structured_outputs", "prompt_logprobs"):
                 create()
             continue
-        if name == "logprobs" and spec["method"] != "huginn":  # reported (tests/test_vllm_logprobs.py)
+        if name == "logprobs":  # reported (tests/test_vllm_logprobs.py, tests/test_vllm_huginn.py)
             out = create()
             reported = out.choices[0].logprobs
             assert len(reported.token_logprobs) == out.usage.completion_tokens
             assert all(-9999 < lp <= 0 for lp in reported.token_logprobs) and all(reported.top_logprobs)
+            continue
+        if name == "prompt_logprobs" and spec["method"] != "wedlm":  # the causal prefill's rows (same tests)
+            out = create()
+            assert len(out.choices[0].prompt_logprobs) == out.usage.prompt_tokens
             continue
         with pytest.raises(openai.BadRequestError, match=name):
             create()
