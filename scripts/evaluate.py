@@ -1,7 +1,8 @@
 """Quality of the tiny trained checkpoints on held-out standard-library files, in the reference runner.
 
 Held-out loss in bits per byte for each model, and, greedy, tokens per forward (every forward counted: draft,
-reveal, verify) and agreement with the same model's greedy AR output for each method's preset.
+reveal, verify), agreement with the same model's greedy AR output and the output's own loss under that model's causal
+reading (bits per token; greedy AR's is the least an output can have token by token) for each method's preset.
 
     python -m scripts.evaluate --models DIR [--prompts 24] [--max-tokens 64] [--json OUT]
 """
@@ -49,6 +50,8 @@ class MethodScore:
     forwards: int
     reference: list[list[int]]
     reference_margins: list[list[float]]
+    bits_per_token: float = 0.0
+    reference_bits_per_token: float = 0.0
 
     @property
     def tokens(self) -> int:
@@ -68,7 +71,8 @@ class MethodScore:
     def summary(self) -> dict:
         return {"checkpoint": self.checkpoint, "method": self.method, "preset": self.preset, "tokens": self.tokens,
                 "forwards": self.forwards, "tokens_per_forward": self.tokens_per_forward,
-                "agreement": self.agreement}
+                "agreement": self.agreement, "bits_per_token": self.bits_per_token,
+                "ar_bits_per_token": self.reference_bits_per_token}
 
 
 @torch.inference_mode()
@@ -87,15 +91,33 @@ def bits_per_byte(model: torch.nn.Module, tokenizer, seq_len: int = 256, max_fil
     return nats / math.log(2) / total_bytes
 
 
+@torch.inference_mode()
+def output_bits(model: torch.nn.Module, prompts: list[list[int]], outputs: list[list[int]]) -> float:
+    """Bits per generated token of `outputs` after their prompts, read causally by `model`: what an approximate
+    decoder's text costs in likelihood, next to greedy AR's."""
+    nats, count = 0.0, 0
+    device = next(model.parameters()).device
+    for prompt, output in zip(prompts, outputs, strict=True):
+        if not output:
+            continue
+        ids = torch.tensor(prompt + output, device=device)
+        logits = model(input_ids=ids[None, :-1]).logits[0, len(prompt) - 1 :].float()
+        nats += torch.nn.functional.cross_entropy(logits, ids[len(prompt) :], reduction="sum").item()
+        count += len(output)
+    return nats / math.log(2) / max(count, 1)
+
+
 @cache
 def greedy_ar(path: Path, prompts: tuple[str, ...], max_tokens: int, device: str
-              ) -> tuple[list[list[int]], list[list[float]]]:
-    """Greedy AR's outputs and decision margins on `prompts`, computed once per checkpoint for all its methods."""
+              ) -> tuple[list[list[int]], list[list[float]], float]:
+    """Greedy AR's outputs, decision margins and bits per token on `prompts`, computed once per checkpoint for all
+    its methods."""
     model, tokenizer = load(path, device=device)
     runner, limits = ReferenceRunner(model), Limits(max_tokens, eos_token_ids(model, tokenizer))
-    results = [runner.run(make_decoder("ar", parse_config("ar"), tokenizer.encode(prompt), SamplingParams(), limits))
-               for prompt in prompts]
-    return [r.token_ids for r in results], [r.margins for r in results]
+    encoded = [tokenizer.encode(prompt) for prompt in prompts]
+    results = [runner.run(make_decoder("ar", parse_config("ar"), ids, SamplingParams(), limits)) for ids in encoded]
+    outputs = [r.token_ids for r in results]
+    return outputs, [r.margins for r in results], output_bits(model, encoded, outputs)
 
 
 def score(path: Path, method: str, preset: str, prompts: list[str], max_tokens: int, device: str = "cpu",
@@ -110,12 +132,15 @@ def score(path: Path, method: str, preset: str, prompts: list[str], max_tokens: 
         adapters[DRAFT_ADAPTER] = LoRA(model, path / config.draft_adapter).enabled
     runner = ReferenceRunner(model, adapters=adapters)
     limits = Limits(max_tokens, eos_token_ids(model, tokenizer))
-    reference, margins = greedy_ar(path, tuple(prompts), max_tokens, device)
-    score = MethodScore(path.name, method, preset, [], 0, reference, margins)
-    for prompt in prompts:
-        got = runner.run(make_decoder(method, config, tokenizer.encode(prompt), SamplingParams(), limits))
+    reference, margins, reference_bits = greedy_ar(path, tuple(prompts), max_tokens, device)
+    score = MethodScore(path.name, method, preset, [], 0, reference, margins,
+                        reference_bits_per_token=reference_bits)
+    encoded = [tokenizer.encode(prompt) for prompt in prompts]
+    for ids in encoded:
+        got = runner.run(make_decoder(method, config, ids, SamplingParams(), limits))
         score.outputs.append(got.token_ids)
         score.forwards += got.forwards
+    score.bits_per_token = output_bits(model, encoded, score.outputs)
     return score
 
 
@@ -135,12 +160,13 @@ def main() -> None:
         report["bits_per_byte"][name] = bpb = bits_per_byte(model, tokenizer)
         print(f"{name:<16} held-out {bpb:.3f} bits/byte", flush=True)
     print(f"\n{len(prompts)} held-out prompts x {args.max_tokens} tokens, greedy")
-    print(f"{'checkpoint':<16} {'method':<16} {'preset':<28} {'tok/fwd':>8} {'= AR':>6}")
+    print(f"{'checkpoint':<16} {'method':<24} {'preset':<28} {'tok/fwd':>8} {'= AR':>6} {'bits/tok (AR)':>14}")
     for name, method, preset in PRESETS:
         result = score(models / name, method, preset, prompts, args.max_tokens, args.device)
         report["methods"].append(result.summary())
-        print(f"{name:<16} {method:<16} {preset:<28} {result.tokens_per_forward:>8.2f} {result.agreement:>6.0%}",
-              flush=True)
+        bits = f"{result.bits_per_token:.2f} ({result.reference_bits_per_token:.2f})"
+        print(f"{name:<16} {method:<24} {preset:<28} {result.tokens_per_forward:>8.2f} {result.agreement:>6.0%} "
+              f"{bits:>14}", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
 

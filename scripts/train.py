@@ -9,6 +9,10 @@ Objectives (seed papers in `../shared/seeds/`), each a Qwen3-shaped model with a
 - `wedlm`: WeDLM's dual-stream masking with intra-block topological reordering (seed 003, section 4): each noisy
   block puts its filled slots first and its masks after, at their logical positions, under causal attention over
   the clean stream; mask rows predict their own slot; plus the auxiliary AR loss.
+- Self-distillation (`nld`, `wedlm`): a `distill` fraction of each batch is the `--init` model's greedy
+  continuations of corpus windows (`greedy_rows`), the text the decoders must reproduce at temperature 0; the AR
+  loss reads the corpus rows only. The draft adapter learns whole drafted blocks over the fine-tuned base's own
+  greedy continuations, the tokens its verify pass accepts.
 - `jacobi_forcing`: progressive consistency distillation (seed 002, 3.1): the teacher's (`--init`, an `ar` model)
   Jacobi trajectories of a block after a corpus prefix; the student learns to map a trajectory state to the
   teacher's fixed point, at a noise level that grows along the block, with the AR loss on the fixed point.
@@ -29,7 +33,7 @@ import argparse
 import json
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
@@ -66,6 +70,8 @@ class Recipe:
     lora_alpha: int = 64
     lora_steps: int = 300
     seed: int = 0
+    distill: float = 0.5  # the fraction of each `nld` / `wedlm` batch drawn from the teacher's greedy rows
+    distill_rows: int = 2048  # greedy rows generated per pool
 
 
 def batches(data: torch.Tensor, recipe: Recipe, gen: torch.Generator):
@@ -73,6 +79,41 @@ def batches(data: torch.Tensor, recipe: Recipe, gen: torch.Generator):
     while True:
         offsets = torch.randint(0, len(data) - recipe.seq_len, (recipe.batch_size,), generator=gen)
         yield torch.stack([data[i : i + recipe.seq_len] for i in offsets.tolist()])
+
+
+@torch.no_grad()
+def greedy_rows(teacher: torch.nn.Module, data: torch.Tensor, recipe: Recipe, gen: torch.Generator,
+                chunk: int = 256) -> torch.Tensor:
+    """[distill_rows, seq_len] self-distillation data: each row a random corpus window's first third, then the
+    teacher's greedy continuation, the text the decoders are asked to reproduce at temperature 0."""
+    prefix = recipe.seq_len // 3
+    windows = batches(data, replace(recipe, batch_size=chunk), gen)
+    rows = []
+    while len(rows) * chunk < recipe.distill_rows:
+        ids = next(windows)[:, :prefix]
+        cache = DynamicCache(config=teacher.config)
+        step = ids
+        for _ in range(recipe.seq_len - prefix):
+            step = teacher(input_ids=step, past_key_values=cache, use_cache=True).logits[:, -1:].argmax(-1)
+            ids = torch.cat([ids, step], 1)
+        rows.append(ids)
+    return torch.cat(rows)[: recipe.distill_rows]
+
+
+def distillation_pool(init: Path, data: torch.Tensor, recipe: Recipe, gen: torch.Generator, device: str
+                      ) -> torch.Tensor:
+    """The `init` (`ar`) model's greedy continuations, the data the fine-tuned model's masks learn to fill."""
+    teacher = Qwen3ForCausalLM.from_pretrained(init, dtype=torch.float32).to(device).eval()
+    return greedy_rows(teacher, data, recipe, gen)
+
+
+def mixed(stream, pool: torch.Tensor, fraction: float, gen: torch.Generator) -> tuple[torch.Tensor, int]:
+    """A batch whose last `fraction` of rows come from the distillation `pool`, and how many rows (the first) are
+    corpus text."""
+    x = next(stream)
+    corpus_rows = x.shape[0] - round(fraction * x.shape[0])
+    picks = torch.randint(0, pool.shape[0], (x.shape[0] - corpus_rows,), generator=gen)
+    return torch.cat([x[:corpus_rows], pool[picks]]), corpus_rows
 
 
 def block_starts(length: int, block: int, offset: torch.Tensor) -> torch.Tensor:
@@ -94,21 +135,22 @@ def two_stream_mask(starts: torch.Tensor, noisy_visible: torch.Tensor) -> torch.
     return torch.zeros(visible.shape).masked_fill(~visible, NEG)[:, None]
 
 
-def mask_rates(batch: int, blocks: int, gen: torch.Generator) -> torch.Tensor:
-    """Per block the fraction masked: uniform in (0, 1], and all-masked for a third of the blocks (a draft)."""
+def mask_rates(batch: int, blocks: int, gen: torch.Generator, drafts: bool = False) -> torch.Tensor:
+    """Per block the fraction masked: uniform in (0, 1], and all-masked for a third of the blocks (a draft); every
+    block all-masked when `drafts`."""
     rate = torch.rand(batch, blocks, generator=gen).clamp_min(0.05)
-    return torch.where(torch.rand(batch, blocks, generator=gen) < 1 / 3, 1.0, rate)
+    return torch.where((torch.rand(batch, blocks, generator=gen) < 1 / 3) | drafts, 1.0, rate)
 
 
-def noisy_blocks(x: torch.Tensor, recipe: Recipe, gen: torch.Generator, keep_seed: bool):
+def noisy_blocks(x: torch.Tensor, recipe: Recipe, gen: torch.Generator, keep_seed: bool, drafts: bool = False):
     """Block starts, block index per position, and which positions are masked (a block's first one kept when
-    `keep_seed`)."""
+    `keep_seed`; all the others when `drafts`)."""
     batch, length = x.shape
     block = recipe.block_size
     offset = torch.randint(0, block, (batch,), generator=gen)
     starts = block_starts(length, block, offset)
     index = torch.div(torch.arange(length)[None] - offset[:, None] + block, block, rounding_mode="floor")
-    rates = mask_rates(batch, length // block + 2, gen).gather(1, index)
+    rates = mask_rates(batch, length // block + 2, gen, drafts).gather(1, index)
     masked = torch.rand(batch, length, generator=gen) < rates
     if keep_seed:
         masked &= torch.arange(length)[None] != starts
@@ -116,21 +158,29 @@ def noisy_blocks(x: torch.Tensor, recipe: Recipe, gen: torch.Generator, keep_see
 
 
 def nld_loss(model: torch.nn.Module, x: torch.Tensor, mask_id: int, recipe: Recipe, gen: torch.Generator,
-             ar: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
-    """NLD's two-stream loss: (AR loss on the clean stream, diffusion loss on the noisy stream's masks)."""
+             ar_rows: int, drafts: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """NLD's two-stream loss: (AR loss on the clean stream of the first `ar_rows` rows, diffusion loss on the noisy
+    stream's masks; every block a draft when `drafts`)."""
     batch, length = x.shape
-    starts, index, masked = noisy_blocks(x, recipe, gen, keep_seed=True)
+    starts, index, masked = noisy_blocks(x, recipe, gen, keep_seed=True, drafts=drafts)
     same_block = index[:, :, None] == index[:, None, :]
     ids = torch.cat([x, x.masked_fill(masked, mask_id)], 1)
     positions = torch.arange(length).repeat(2).expand(batch, 2 * length)
     logits = model(input_ids=ids, position_ids=positions, attention_mask=two_stream_mask(starts, same_block)).logits
-    ar_loss = F.cross_entropy(logits[:, : length - 1].flatten(0, 1), x[:, 1:].flatten()) if ar else x.new_zeros(())
-    return ar_loss, F.cross_entropy(logits[:, length:][masked], x[masked])
+    return ar_loss(logits[:ar_rows, :length], x[:ar_rows]), F.cross_entropy(logits[:, length:][masked], x[masked])
 
 
-def wedlm_loss(model: torch.nn.Module, x: torch.Tensor, mask_id: int, recipe: Recipe, gen: torch.Generator
-               ) -> tuple[torch.Tensor, torch.Tensor]:
-    """WeDLM's dual-stream loss: (AR loss on the clean stream, mask loss on the reordered noisy stream)."""
+def ar_loss(logits: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """Next-token loss of a clean stream (zero for no rows)."""
+    if not len(x):
+        return logits.new_zeros(())
+    return F.cross_entropy(logits[:, :-1].flatten(0, 1), x[:, 1:].flatten())
+
+
+def wedlm_loss(model: torch.nn.Module, x: torch.Tensor, mask_id: int, recipe: Recipe, gen: torch.Generator,
+               ar_rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """WeDLM's dual-stream loss: (AR loss on the clean stream of the first `ar_rows` rows, mask loss on the
+    reordered noisy stream)."""
     batch, length = x.shape
     starts, index, masked = noisy_blocks(x, recipe, gen, keep_seed=False)
     order = torch.argsort(index * 2 * length + masked.long() * length + torch.arange(length), dim=1)
@@ -142,9 +192,9 @@ def wedlm_loss(model: torch.nn.Module, x: torch.Tensor, mask_id: int, recipe: Re
     positions = torch.cat([torch.arange(length).expand(batch, length), order], 1)
     logits = model(input_ids=ids, position_ids=positions,
                    attention_mask=two_stream_mask(reordered_starts, visible)).logits
-    ar_loss = F.cross_entropy(logits[:, : length - 1].flatten(0, 1), x[:, 1:].flatten())
     rows = masked.gather(1, order)
-    return ar_loss, F.cross_entropy(logits[:, length:][rows], x.gather(1, order)[rows])
+    return (ar_loss(logits[:ar_rows, :length], x[:ar_rows]),
+            F.cross_entropy(logits[:, length:][rows], x.gather(1, order)[rows]))
 
 
 @torch.no_grad()
@@ -181,9 +231,8 @@ def jacobi_forcing_loss(model: torch.nn.Module, teacher: torch.nn.Module, x: tor
     clean = torch.cat([prefix, first[:, None], fixed], 1)
     ids = torch.cat([prefix, first[:, None], noisy], 1)
     logits = model(input_ids=torch.cat([clean, ids])).logits
-    ar_loss = F.cross_entropy(logits[:batch, :-1].flatten(0, 1), clean[:, 1:].flatten())
     consistency = F.cross_entropy(logits[batch:, p : p + n].flatten(0, 1), fixed.flatten())
-    return ar_loss, consistency
+    return ar_loss(logits[:batch], clean), consistency
 
 
 def unrolling(mean: int, backprop: int, gen: torch.Generator) -> tuple[int, int]:
@@ -311,12 +360,13 @@ def _train(objective: str, recipe: Recipe, init: Path | None, device: str) -> tu
         def loss_fn():
             x = next(stream)
             return (model(input_ids=x, labels=x).loss,)
-    elif objective == "nld":
+    elif objective in ("nld", "wedlm"):
+        pool = distillation_pool(init, data, recipe, gen, device)
+        method_loss = nld_loss if objective == "nld" else wedlm_loss
+
         def loss_fn():
-            return nld_loss(model, next(stream), mask_id, recipe, gen)
-    elif objective == "wedlm":
-        def loss_fn():
-            return wedlm_loss(model, next(stream), mask_id, recipe, gen)
+            x, corpus_rows = mixed(stream, pool, recipe.distill, gen)
+            return method_loss(model, x, mask_id, recipe, gen, corpus_rows)
     else:
         teacher = Qwen3ForCausalLM.from_pretrained(init, dtype=torch.float32).to(device).eval()
 
@@ -330,7 +380,8 @@ def _train(objective: str, recipe: Recipe, init: Path | None, device: str) -> tu
 
 def draft_lora(model: torch.nn.Module, data: torch.Tensor, mask_id: int, recipe: Recipe, gen: torch.Generator
                ) -> dict[str, torch.Tensor]:
-    """NLD's draft adapter: LoRA on every `o_proj`, trained on the diffusion loss with the base frozen."""
+    """NLD's draft adapter: LoRA on every `o_proj`, trained with the base frozen on the diffusion loss of whole
+    drafted blocks over the base's own greedy continuations, the tokens its verify pass accepts at temperature 0."""
     for param in model.parameters():
         param.requires_grad_(False)
     scale = recipe.lora_alpha / recipe.lora_rank
@@ -343,10 +394,11 @@ def draft_lora(model: torch.nn.Module, data: torch.Tensor, mask_id: int, recipe:
             weights[f"base_model.model.{name}.lora_A.weight"] = down
             weights[f"base_model.model.{name}.lora_B.weight"] = up
             handles.append(module.register_forward_hook(delta_hook(down, up, scale)))
-    stream = batches(data, recipe, gen)
+    pool = greedy_rows(model, data, recipe, gen)
 
     def loss_fn():
-        return (nld_loss(model, next(stream), mask_id, recipe, gen, ar=False)[1],)
+        rows = pool[torch.randint(0, len(pool), (recipe.batch_size,), generator=gen)]
+        return (nld_loss(model, rows, mask_id, recipe, gen, ar_rows=0, drafts=True)[1],)
 
     optimise(list(weights.values()), recipe.lora_steps, recipe.lr, loss_fn, "nld draft lora")
     for handle in handles:

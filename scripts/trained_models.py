@@ -1,7 +1,7 @@
 """The tiny checkpoints trained for each method, shipped in `scripts/trained/` (bf16 safetensors, a few MB each).
 
     python -m scripts.trained_models DIR              # copy them to DIR/{ar,nld,wedlm,jacobi_forcing,raven,asarm}
-    python -m scripts.trained_models DIR --retrain    # train them again into DIR (about 80 minutes on 2 CPU cores)
+    python -m scripts.trained_models DIR --retrain    # train them again into DIR (about 90 minutes on 2 CPU cores)
 
 `ar`, `raven` and `asarm` are trained from scratch and the others fine-tuned from `ar` (`scripts.train`); retraining
 on the machine and thread count that made the shipped ones reproduces them.

@@ -1,5 +1,5 @@
-"""The training objectives put each noisy block where the decoders read it, the Jacobi teacher's fixed point is
-greedy AR decoding, and training is deterministic given a seed."""
+"""The training objectives put each noisy block where the decoders read it, the Jacobi teacher's fixed point and the
+self-distillation rows are greedy AR decoding, and training is deterministic given a seed."""
 
 from dataclasses import dataclass
 
@@ -39,10 +39,10 @@ class XLNetRecorder(torch.nn.Module):
         return Loss(torch.zeros((), requires_grad=True))
 
 
-def run(loss_fn):
+def run(loss_fn, **options):
     x = (torch.arange(RECIPE.batch_size * RECIPE.seq_len).reshape(RECIPE.batch_size, -1) * 7) % 90
     model = Recorder()
-    loss_fn(model, x, MASK, RECIPE, torch.Generator().manual_seed(1))
+    loss_fn(model, x, MASK, RECIPE, torch.Generator().manual_seed(1), RECIPE.batch_size, **options)
     ids, positions, mask = model.inputs
     return x, ids, positions, mask[:, 0] == 0
 
@@ -84,6 +84,48 @@ def test_wedlm_noisy_blocks_are_reordered_and_causal():
             seen = visible[b, n + rows][:, n + rows]
             assert torch.equal(seen, torch.ones(len(rows), len(rows), dtype=torch.bool).tril())  # causal in block
             assert not visible[b, n + rows][:, n:].sum() > seen.sum()  # nothing outside the block
+
+
+def test_draft_blocks_mask_all_but_the_seed():
+    x, ids, _, visible = run(train.nld_loss, drafts=True)
+    n = x.shape[1]
+    for b in range(x.shape[0]):
+        starts = visible[b, n:, :n].long().sum(1)
+        seeds = torch.cat([torch.tensor([True]), starts.diff() > 0])
+        assert torch.equal(ids[b, n:] == MASK, ~seeds)  # every block a whole draft: [seed, mask ...]
+
+
+def test_ar_loss_reads_the_corpus_rows_only():
+    logits = torch.randn(3, 8, 50)
+    x = torch.randint(0, 50, (3, 8))
+    assert train.ar_loss(logits[:0], x[:0]) == 0
+    one = torch.nn.functional.cross_entropy(logits[0, :-1], x[0, 1:])
+    assert torch.allclose(train.ar_loss(logits[:1], x[:1]), one)
+
+
+def test_mixed_batches_put_distilled_rows_last():
+    recipe = train.Recipe(batch_size=8, seq_len=6)
+    gen = torch.Generator().manual_seed(0)
+    stream = train.batches(torch.arange(100, 200), recipe, gen)
+    pool = torch.arange(60).reshape(10, 6)
+    x, corpus_rows = train.mixed(stream, pool, 0.5, gen)
+    assert corpus_rows == 4 and x.shape == (8, 6)
+    assert x[:4].min() >= 100 and x[4:].max() < 60  # corpus windows first, pool rows after
+
+
+def test_distilled_rows_are_the_teachers_greedy_continuations():
+    model = build_model("qwen3", 100, MASK, 0, hidden_size=64)
+    recipe = train.Recipe(seq_len=12, distill_rows=5)
+    data = torch.randint(1, 90, (200,), generator=torch.Generator().manual_seed(0))
+    rows = train.greedy_rows(model, data, recipe, torch.Generator().manual_seed(0), chunk=3)
+    assert rows.shape == (5, 12)
+    greedy = rows[:, :4]  # a third of the row is corpus text
+    with torch.no_grad():
+        for _ in range(8):
+            greedy = torch.cat([greedy, model(input_ids=greedy).logits[:, -1:].argmax(-1)], 1)
+    assert torch.equal(rows, greedy)
+    windows = {tuple(data[i : i + 4].tolist()) for i in range(len(data) - 3)}
+    assert all(tuple(r[:4].tolist()) in windows for r in rows)
 
 
 def test_jacobi_teacher_fixed_point_is_greedy_ar():
