@@ -2,13 +2,16 @@
 greedy) each method earns at least its recorded tokens per forward on the checkpoint trained for it, lossless ones
 token for token equal to AR; Jacobi Forcing's training earns Jacobi decoding more than the base model gives it."""
 
+import math
 import subprocess
 import sys
 from functools import cache
 from pathlib import Path
 
 import pytest
+import torch
 
+from common.checkpoint import load
 from scripts import corpus, evaluate
 from scripts.train import OBJECTIVES
 from scripts.trained_models import SHIPPED
@@ -49,6 +52,22 @@ def test_tokens_per_forward_on_held_out_prompts(checkpoint, method, preset):
     assert score.tokens_per_forward >= FLOORS[checkpoint, method], score.summary()
     if method in LOSSLESS:
         ties.compare(score.outputs, score.reference, score.reference_margins)
+        if score.outputs == score.reference:  # the same text reads the same to its model
+            assert score.bits_per_token == pytest.approx(score.reference_bits_per_token, abs=1e-6)
+    else:  # an approximate sampler's text costs likelihood against greedy AR's
+        assert score.bits_per_token > score.reference_bits_per_token, score.summary()
+
+
+def test_output_bits_are_the_causal_loss_of_the_generated_tokens():
+    model, _ = load(SHIPPED / "ar")
+    prompts, outputs = [[5, 6, 7], [8, 9]], [[10, 11], [12]]
+    with torch.inference_mode():
+        nats = 0.0
+        for prompt, output in zip(prompts, outputs, strict=True):
+            ids = prompt + output
+            logp = model(input_ids=torch.tensor([ids])).logits[0].float().log_softmax(-1)
+            nats -= sum(logp[i - 1, ids[i]].item() for i in range(len(prompt), len(ids)))
+    assert evaluate.output_bits(model, prompts, outputs) == pytest.approx(nats / math.log(2) / 3, rel=1e-5)
 
 
 def test_jacobi_forcing_training_earns_jacobi_forwards():
