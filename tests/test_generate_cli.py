@@ -1,10 +1,26 @@
-"""The `python -m common.generate` contract later checks rely on."""
+"""The `python -m common.generate` contract later checks rely on. One call goes through `python -m`; the rest call
+its `main` in-process (each interpreter start costs more than the decoding it tests)."""
 
 import json
 import subprocess
 import sys
 
 import pytest
+
+from common.generate import main
+
+
+def generate(json_path, *args: str) -> list[dict]:
+    """`python -m common.generate *args --json json_path`, in-process; its records."""
+    main([*args, "--json", str(json_path)])
+    return json.loads(json_path.read_text())
+
+
+def refused(args: list[str]) -> str:
+    """The message `python -m common.generate` exits 1 with for these arguments."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(args)
+    return str(exit_info.value.code)
 
 ARGS = {
     "ar": None,
@@ -23,12 +39,14 @@ def outputs(tiny_dir, prompts, tmp_path_factory):
     results = {}
     for method, config in ARGS.items():
         out = tmp / f"{method}.json"
-        cmd = [sys.executable, "-m", "common.generate", "--model", str(tiny_dir / "qwen2"), "--method", method,
-               "--max-tokens", "19", "--prompts-file", str(prompts_file), "--json", str(out)]
-        if config:
-            cmd += ["--config", config]
-        subprocess.run(cmd, check=True, capture_output=True)
-        results[method] = json.loads(out.read_text())
+        args = ["--model", str(tiny_dir / "qwen2"), "--method", method, "--max-tokens", "19", "--prompts-file",
+                str(prompts_file)] + (["--config", config] if config else [])
+        if method == "ar":
+            subprocess.run([sys.executable, "-m", "common.generate", *args, "--json", str(out)], check=True,
+                           capture_output=True)
+            results[method] = json.loads(out.read_text())
+        else:
+            results[method] = generate(out, *args)
     return prompts[:6], results
 
 
@@ -52,21 +70,16 @@ def test_huginn_wavefront_through_cli(tiny_dir, prompts, tmp_path):
     """`--method huginn` on the tiny Raven: the wavefront with the fixed exit and r' = r is `ar`."""
     prompts_file = tmp_path / "prompts.txt"
     prompts_file.write_text("\n".join(prompts[:3]) + "\n")
+    raven = ["--model", str(tiny_dir / "raven"), "--method", "huginn", "--prompts-file", str(prompts_file)]
     got = {}
     for name, config in (("ar", '{"num_steps": 4}'),
                          ("wave", '{"sampler": "wavefront", "num_steps": 4, "inner_recurrence": 4, '
                                   '"freeze_strategy": "fixed"}')):
-        out = tmp_path / f"{name}.json"
-        subprocess.run([sys.executable, "-m", "common.generate", "--model", str(tiny_dir / "raven"), "--method",
-                        "huginn", "--config", config, "--max-tokens", "9", "--seed", "3", "--prompts-file",
-                        str(prompts_file), "--json", str(out)], check=True, capture_output=True)
-        got[name] = json.loads(out.read_text())
+        got[name] = generate(tmp_path / f"{name}.json", *raven, "--config", config, "--max-tokens", "9", "--seed", "3")
     assert [r["token_ids"] for r in got["wave"]] == [r["token_ids"] for r in got["ar"]]
     assert all(r["core_passes"] == 4 * r["forwards"] for r in got["ar"])
-    done = subprocess.run([sys.executable, "-m", "common.generate", "--model", str(tiny_dir / "raven"), "--method",
-                           "huginn", "--config", '{"sampler": "ar", "exit_t": 0.1}', "--prompts-file",
-                           str(prompts_file), "--json", str(tmp_path / "bad.json")], capture_output=True, text=True)
-    assert done.returncode == 1 and "exit_t" in done.stderr
+    message = refused([*raven, "--config", '{"sampler": "ar", "exit_t": 0.1}', "--json", str(tmp_path / "bad.json")])
+    assert message.startswith("error:") and "exit_t" in message
 
 
 def test_assd_infilling_through_cli(tiny_dir, tmp_path):
@@ -74,30 +87,17 @@ def test_assd_infilling_through_cli(tiny_dir, tmp_path):
     fewer model calls than holes."""
     prompts_file = tmp_path / "prompts.txt"
     prompts_file.write_text("def " + "<|mask|>" * 12 + "(text):\n" + "import <|mask|><|mask|><|mask|>\n")
-    got = {}
-    for drafter in ("self", "none"):
-        out = tmp_path / f"{drafter}.json"
-        subprocess.run([sys.executable, "-m", "common.generate", "--model", str(tiny_dir / "xlnet"), "--method",
-                        "assd", "--config", f'{{"k": 5, "drafter": "{drafter}"}}', "--prompts-file",
-                        str(prompts_file), "--json", str(out)], check=True, capture_output=True)
-        got[drafter] = json.loads(out.read_text())
+    xlnet = ["--model", str(tiny_dir / "xlnet"), "--method", "assd", "--prompts-file", str(prompts_file)]
+    got = {drafter: generate(tmp_path / f"{drafter}.json", *xlnet, "--config", f'{{"k": 5, "drafter": "{drafter}"}}')
+           for drafter in ("self", "none")}
     assert [r["token_ids"] for r in got["self"]] == [r["token_ids"] for r in got["none"]]
     assert [r["generated"] for r in got["none"]] == [12, 3]
     assert all(r["nfe"] <= r["generated"] for r in got["self"]) and got["self"][0]["nfe"] < 12
     assert all("<|mask|>" not in r["text"] for r in got["self"])
-    subprocess.run([sys.executable, "-m", "common.generate", "--model", str(tiny_dir / "xlnet"), "--method", "assd",
-                    "--max-tokens", "8", "--prompts-file", str(prompts_file), "--json", str(tmp_path / "more.json")],
-                   check=True, capture_output=True)
-    more = json.loads((tmp_path / "more.json").read_text())
+    more = generate(tmp_path / "more.json", *xlnet, "--max-tokens", "8")
     assert [r["generated"] for r in more] == [20, 11]  # 8 more holes after each prompt: a continuation
     prompts_file.write_text('{"prompt": "def wrap(text, width):", "holes": [1, 2, -1]}\n')
-    subprocess.run([sys.executable, "-m", "common.generate", "--model", str(tiny_dir / "xlnet"), "--method", "assd",
-                    "--prompts-file", str(prompts_file), "--json", str(tmp_path / "explicit.json")], check=True,
-                   capture_output=True)
-    explicit = json.loads((tmp_path / "explicit.json").read_text())
+    explicit = generate(tmp_path / "explicit.json", *xlnet)
     assert explicit[0]["generated"] == 3 and explicit[0]["prompt"] == "def wrap(text, width):"
     prompts_file.write_text("def plain(text):\n")
-    done = subprocess.run([sys.executable, "-m", "common.generate", "--model", str(tiny_dir / "xlnet"), "--method",
-                           "assd", "--prompts-file", str(prompts_file), "--json", str(tmp_path / "bad.json")],
-                          capture_output=True, text=True)
-    assert done.returncode == 1 and "has no hole" in done.stderr
+    assert "has no hole" in refused([*xlnet, "--json", str(tmp_path / "bad.json")])
