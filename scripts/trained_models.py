@@ -8,7 +8,9 @@ on the machine and thread count that made the shipped ones reproduces them.
 """
 
 import argparse
+import hashlib
 import shutil
+import sys
 from pathlib import Path
 
 import torch
@@ -16,15 +18,36 @@ import torch
 from scripts.train import DEFAULT_STEPS, FROM_SCRATCH, OBJECTIVES, Recipe, save, train
 
 SHIPPED = Path(__file__).resolve().parent / "trained"
+# Written beside each copy: the digest of the shipped checkpoint it was copied from.
+COPIED_FROM = ".shipped-digest"
+
+
+def digest(checkpoint: Path) -> str:
+    """SHA-256 over a checkpoint's files (names and contents, the copy marker left out)."""
+    sha = hashlib.sha256()
+    for path in sorted(p for p in checkpoint.rglob("*") if p.is_file() and p.name != COPIED_FROM):
+        sha.update(path.relative_to(checkpoint).as_posix().encode() + b"\0" + path.read_bytes())
+    return sha.hexdigest()
 
 
 def copy(outdir: Path) -> dict[str, Path]:
-    """The shipped checkpoints copied under `outdir` (left as they are where already there)."""
+    """The shipped checkpoints copied under `outdir`. A copy made earlier from other shipped weights (an older
+    checkout) is replaced; a checkpoint that is not such a copy (`--retrain`'s, a user's own) is left as it is."""
     paths = {}
     for name in OBJECTIVES:
         paths[name] = target = Path(outdir) / name
-        if not (target / "config.json").exists():
-            shutil.copytree(SHIPPED / name, target, dirs_exist_ok=True)
+        marker, shipped = target / COPIED_FROM, digest(SHIPPED / name)
+        if (target / "config.json").exists() and not marker.exists():
+            if digest(target) != shipped:
+                print(f"note: {target} is not the shipped {name} checkpoint; left as it is (remove it to use the "
+                      "shipped one)", file=sys.stderr)
+            continue
+        if marker.exists() and marker.read_text() == shipped:
+            continue
+        if target.exists():
+            shutil.rmtree(target)
+        shutil.copytree(SHIPPED / name, target)
+        marker.write_text(shipped)
     return paths
 
 
