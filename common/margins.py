@@ -7,12 +7,16 @@ the other way; tests that compare token sequences across computations cut them a
 import torch
 
 
-def top2_rows(logits: torch.Tensor) -> torch.Tensor:
-    """Per row, (top-1 - top-2 logit) / max |finite logit|: the slack of the row's argmax."""
+def top2_rows(logits: torch.Tensor, token: torch.Tensor | None = None) -> torch.Tensor:
+    """Per row, (top-1 - top-2 logit) / max |finite logit|: the slack of the row's argmax (`token`, when the caller
+    has it). Vectorised reductions only (`topk` and `isfinite` run 5-20x slower on CPU), equal to them bit for bit."""
     logits = logits.float()
-    best = logits.topk(2, dim=-1).values
-    scale = logits.masked_fill(~logits.isfinite(), 0.0).abs().amax(-1).clamp_min(1e-30)
-    return (best[..., 0] - best[..., 1]) / scale
+    if token is None:
+        token = logits.argmax(-1)
+    best = logits.gather(-1, token[..., None])[..., 0]
+    second = logits.scatter(-1, token[..., None], float("-inf")).amax(-1)
+    scale = logits.abs().nan_to_num(nan=0.0, posinf=0.0).amax(-1).clamp_min(1e-30)
+    return (best - second) / scale
 
 
 def top2(logits: torch.Tensor) -> float:

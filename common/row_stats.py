@@ -64,9 +64,9 @@ class RowStats:
             logits[slice(None) if excluding is None else excluding.to(logits.device), excluded] = float("-inf")
         log_probs = logits.log_softmax(-1)
         probs = log_probs.exp()
-        plogp = probs * log_probs if excluded is None else torch.where(probs > 0, probs * log_probs, 0.0)
+        plogp = probs * (log_probs if excluded is None else log_probs.nan_to_num(neginf=0.0))  # 0 log 0 = 0
         token = logits.argmax(-1)
-        return cls(token, margins.top2_rows(logits), -plogp.sum(-1), probs.gather(-1, token[:, None])[:, 0],
+        return cls(token, margins.top2_rows(logits, token), -plogp.sum(-1), probs.gather(-1, token[:, None])[:, 0],
                    logits if keep_logits else None)
 
     def __len__(self) -> int:
@@ -96,6 +96,15 @@ def padded(values: torch.Tensor, sizes: Sequence[int], fill: float | int) -> tup
     return out, valid
 
 
+def member_rows(starts: Sequence[int], sizes: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The rows `starts[i]` to `starts[i] + sizes[i]` of each member, concatenated, and each row's offset within its
+    member's run: a batch's row index built in a few tensor ops rather than one per request."""
+    lengths = torch.tensor(list(sizes))
+    firsts = lengths.cumsum(0) - lengths
+    offsets = torch.arange(int(lengths.sum())) - firsts.repeat_interleave(lengths)
+    return torch.tensor(list(starts)).repeat_interleave(lengths) + offsets, offsets
+
+
 def apply_rows(decoders: Sequence["Decoder"], logits: torch.Tensor, sizes: Sequence[int]) -> list["Outcome"]:
     """Each decoder digests its `sizes[i]` consecutive rows of `logits` (any device). Greedy decoders that read
     `RowStats` get them from one pass per exclusion over all their rows and one copy to the host, and decide
@@ -110,9 +119,10 @@ def apply_rows(decoders: Sequence["Decoder"], logits: torch.Tensor, sizes: Seque
         else:
             outcomes[i] = decoder.apply(logits[starts[i] : starts[i + 1]].float().cpu())
     for (excluded, method), members in batched.items():
-        index = torch.cat([torch.arange(starts[i], starts[i + 1]) for i in members]).to(logits.device)
-        excluding = torch.cat([torch.arange(sizes[i]) >= decoders[i].reading.from_row for i in members])
-        stats = RowStats.of(logits.index_select(0, index), excluded, excluding=excluding).host()
+        index, offsets = member_rows([starts[i] for i in members], [sizes[i] for i in members])
+        from_row = torch.tensor([decoders[i].reading.from_row for i in members])
+        excluding = offsets >= from_row.repeat_interleave(torch.tensor([sizes[i] for i in members]))
+        stats = RowStats.of(logits.index_select(0, index.to(logits.device)), excluded, excluding=excluding).host()
         found = method.apply_batch([decoders[i] for i in members], stats, [sizes[i] for i in members])
         for i, outcome in zip(members, found, strict=True):
             outcomes[i] = outcome

@@ -71,14 +71,18 @@ def test_batched_digest_equals_per_request(method: str, monkeypatch: pytest.Monk
 def test_row_stats_match_their_definitions() -> None:
     logits = torch.randn(7, VOCAB, generator=torch.Generator().manual_seed(1)) * 3
     logits[2, MASK] = 50.0  # the mask's row: excluded, its argmax is the runner-up
+    logits[3, [1, 4]] = 9.0  # a tie for the top: no slack
     stats = RowStats.of(logits, MASK)
     kept = logits.clone()
     kept[:, MASK] = float("-inf")
-    probs = kept.softmax(-1)
+    log_probs = kept.log_softmax(-1)
+    probs = log_probs.exp()
     assert torch.equal(stats.token, kept.argmax(-1))
-    assert torch.allclose(stats.confidence, probs.max(-1).values)
-    top = kept.topk(2).values
-    assert torch.allclose(stats.margin, (top[:, 0] - top[:, 1]) / kept.masked_fill(kept.isinf(), 0).abs().amax(-1))
+    assert torch.equal(stats.confidence, probs.max(-1).values)
+    top = kept.topk(2).values  # the definitions, bit for bit (the kernel avoids topk's slow CPU path)
+    assert torch.equal(stats.margin, (top[:, 0] - top[:, 1]) / kept.masked_fill(kept.isinf(), 0).abs().amax(-1))
+    assert stats.margin[3] == 0
+    assert torch.equal(stats.entropy, -torch.where(probs > 0, probs * log_probs, 0.0).sum(-1))
     raw = RowStats.of(logits)
     assert torch.allclose(raw.entropy, -(logits.softmax(-1) * logits.log_softmax(-1)).sum(-1))
     assert RowReading().excluded is None
