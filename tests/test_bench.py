@@ -43,6 +43,8 @@ def test_profile_step_splits_each_step(tmp_path):
         assert abs(parts - record["step_ms"]) < 1e-6 and record["forward_ms"] > 0 and record["steps"] > 0
     jacobi = records["jacobi"]
     assert jacobi["per_step_vs_ngram"] == jacobi["step_ms"] / records["ngram-8"]["step_ms"]
+    overhead = {name: r["step_ms"] - r["forward_ms"] - r["extra_forward_ms"] for name, r in records.items()}
+    assert abs(jacobi["overhead_vs_ngram"] - overhead["jacobi"] / overhead["ngram-8"]) < 1e-9
     assert jacobi["rows_per_step"] > records["ar"]["rows_per_step"]
 
 
