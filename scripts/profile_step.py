@@ -2,6 +2,7 @@
 to vLLM's own `ngram` at the same width and plain AR, at several batch sizes.
 
     python -m scripts.profile_step --json out/profile.json [--png out/profile.png] [--batch-sizes 1,8,32]
+    .venv-sglang/bin/python -m scripts.profile_step --engine sglang --json out/profile-sglang.json
 
 Each method runs on the checkpoint trained for it (`scripts.bench`'s table, with its settings: eager, float32),
 each engine in a process of its own with its core inside (so its model runner's methods can be timed), greedy,
@@ -14,6 +15,12 @@ run), `engine` everything else in the step (scheduling, input preparation, outpu
 it forwards fewer rows than a method that always fills its width). `per_step_vs_ngram` is the method's step time
 over the `ngram` step time at the same batch size and width; `overhead_vs_ngram` the same for the step less its model
 forwards (`overhead_ms`: hooks and engine), the cost that does not come from the rows the method chose to forward.
+
+SGLang (`--engine sglang`, in its environment; no ngram there) is timed inside its scheduler process
+(`sglang_plugin.step_timer`), per step that ran a batch: `forward` every model forward (`ModelRunner.forward`, our
+draft and reveal windows included, so `extra_forward` is 0), `hooks` the rest of running the batch (our workers'
+planning and commit rules, SGLang's sampling), `engine` its scheduling and result processing. Each method is set
+beside SGLang's plain decode step on the same checkpoint: `per_step_vs_ar`, `overhead_vs_ar`.
 """
 
 import argparse
@@ -28,7 +35,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from scripts.bench import METHODS, PROMPTS, ngram
+from scripts.bench import METHODS, ONE_ENGINE, PROMPTS, ngram
 from scripts.trained_models import copy
 
 PARTS = ("forward", "extra_forward", "hooks", "engine")
@@ -123,17 +130,62 @@ def profile(model: str, name: str, spec: dict | None, batch_sizes: list[int], ma
     return records
 
 
-def with_ngram_ratio(records: list[dict]) -> list[dict]:
-    """Each of our methods' step time, and its step less the model forwards, over its ngram peer's (`peer`: the
-    ngram run at its width)."""
+def profile_sglang(model: str, name: str, spec: dict | None, batch_sizes: list[int], max_tokens: int) -> list[dict]:
+    """One offline SGLang engine per method in this process's child (its scheduler), every batch size on it, a
+    warm-up batch first; the step timer's totals read before and after each timed batch."""
+    import tempfile
+
+    import torch
+
+    from scripts.sglang_server import CPU_KWARGS, cpu_env
+    from sglang_plugin.step_timer import ENV
+
+    path = Path(tempfile.mkdtemp()) / "steps.json"
+    os.environ[ENV] = str(path)
+    if not torch.cuda.is_available():
+        os.environ.update(cpu_env())
+    import sglang
+
+    kwargs = {} if torch.cuda.is_available() else dict(CPU_KWARGS)
+    if spec is not None:
+        kwargs.update(decode_mode=spec["method"], decode_config={k: v for k, v in spec.items() if k != "method"})
+    engine = sglang.Engine(model_path=model, max_running_requests=max(batch_sizes), random_seed=0, **kwargs)
+    params = {"temperature": 0, "max_new_tokens": max_tokens, "ignore_eos": True}
+    records = []
+    try:
+        for batch_size in batch_sizes:
+            prompts = [PROMPTS[i % len(PROMPTS)] for i in range(batch_size)]
+            engine.generate(prompts, params)
+            before = Counter(json.loads(path.read_text()))
+            outputs = engine.generate(prompts, params)
+            totals = Counter(json.loads(path.read_text()))
+            totals.subtract(before)
+            steps = max(totals["steps"], 1)
+            ms = {part: 1000 * totals[part] / steps for part in ("forward", "run", "schedule", "result")}
+            records.append({"method": name, "config": spec, "batch_size": batch_size, "steps": totals["steps"],
+                            "tokens_per_step": sum(o["meta_info"]["completion_tokens"] for o in outputs) / steps,
+                            "rows_per_step": totals["rows"] / steps, "forward_ms": ms["forward"],
+                            "extra_forward_ms": 0.0, "hooks_ms": ms["run"] - ms["forward"],
+                            "engine_ms": ms["schedule"] + ms["result"],
+                            "step_ms": ms["run"] + ms["schedule"] + ms["result"]})
+    finally:
+        engine.shutdown()
+    return records
+
+
+def with_peer_ratio(records: list[dict]) -> list[dict]:
+    """Each of our methods' step time, and its step less the model forwards, over its peer's on the same
+    checkpoint (`peer`: vLLM's ngram at its width, or SGLang's plain decode), as `per_step_vs_<peer>` and
+    `overhead_vs_<peer>`."""
     for record in records:
         record["overhead_ms"] = record["hooks_ms"] + record["engine_ms"]
-    runs = {(r["method"], r["batch_size"]): r for r in records}
+    runs = {(r["checkpoint"], r["method"], r["batch_size"]): r for r in records}
     for record in records:
-        peer = runs.get((record.get("peer"), record["batch_size"]))
+        peer = runs.get((record["checkpoint"], record.get("peer"), record["batch_size"]))
         if peer is not None:
-            record["per_step_vs_ngram"] = record["step_ms"] / peer["step_ms"]
-            record["overhead_vs_ngram"] = record["overhead_ms"] / peer["overhead_ms"]
+            kind = "ar" if peer["method"] == "ar" else "ngram"
+            record[f"per_step_vs_{kind}"] = record["step_ms"] / peer["step_ms"]
+            record[f"overhead_vs_{kind}"] = record["overhead_ms"] / peer["overhead_ms"]
     return records
 
 
@@ -163,44 +215,48 @@ def plot(records: list[dict], path: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m scripts.profile_step", description=__doc__.splitlines()[0])
+    parser.add_argument("--engine", choices=["vllm", "sglang"], default="vllm")
     parser.add_argument("--models", default="out/trained-models", help="the trained checkpoints (copied if missing)")
     parser.add_argument("--json", required=True)
     parser.add_argument("--png", default=None)
     parser.add_argument("--batch-sizes", default="1,8,32")
     parser.add_argument("--max-tokens", type=int, default=64)
-    parser.add_argument("--methods", default=",".join(name for name, _, _ in METHODS if name != "jacobi_recycling"),
-                        help="comma-separated, from scripts.bench's table (vLLM's)")
+    parser.add_argument("--methods", default=None,
+                        help="comma-separated, from scripts.bench's table (default: every one the engine runs)")
     args = parser.parse_args()
     copy(Path(args.models))
     batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
+    chosen = [(name, checkpoint, spec) for name, checkpoint, spec in METHODS
+              if ONE_ENGINE.get(name, args.engine) == args.engine
+              and (args.methods is None or name in args.methods.split(","))]
     runs: list[tuple[str, str, dict | None, str | None]] = []
-    for name, checkpoint, spec in METHODS:
-        if name not in args.methods.split(","):
-            continue
-        peer = ngram(spec)
-        peer_name = f"ngram-{peer['num_speculative_tokens']}"
-        runs.append((name, checkpoint, spec, peer_name))
-        if not any(r[0] == peer_name and r[1] == checkpoint for r in runs):
-            runs.append((peer_name, checkpoint, peer, None))
-        if not any(r[0] == "ar" and r[1] == checkpoint for r in runs):
-            runs.append(("ar", checkpoint, None, None))
+    for name, checkpoint, spec in chosen:
+        peers: list[tuple[str, dict | None]] = [("ar", None)]
+        if args.engine == "vllm":
+            peer = ngram(spec)
+            peers.insert(0, (f"ngram-{peer['num_speculative_tokens']}", peer))
+        runs.append((name, checkpoint, spec, peers[0][0]))
+        runs += [(peer_name, checkpoint, peer, None) for peer_name, peer in peers
+                 if not any(r[0] == peer_name and r[1] == checkpoint for r in runs)]
+    measure = profile if args.engine == "vllm" else profile_sglang
     records = []
     for name, checkpoint, spec, peer in tqdm(runs, desc="profile"):
         with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-            measured = pool.submit(profile, str(Path(args.models) / checkpoint), name, spec, batch_sizes,
+            measured = pool.submit(measure, str(Path(args.models) / checkpoint), name, spec, batch_sizes,
                                    args.max_tokens).result()
-        records += [{"engine": "vllm", "checkpoint": checkpoint, "peer": peer, **record} for record in measured]
-    records = with_ngram_ratio(records)
+        records += [{"engine": args.engine, "checkpoint": checkpoint, "peer": peer, **record} for record in measured]
+    records = with_peer_ratio(records)
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(records, indent=1))
     if args.png:
         plot(records, args.png)
     for r in records:
-        ratio = r.get("per_step_vs_ngram")
+        kind = "ar" if r.get("peer") == "ar" else "ngram"
+        ratio = r.get(f"per_step_vs_{kind}")
         print(f"{r['checkpoint']:>15} {r['method']:>26} b{r['batch_size']:<3} rows {r['rows_per_step']:6.1f}  "
               f"step {r['step_ms']:7.2f} ms  "
               + "  ".join(f"{part} {r[f'{part}_ms']:6.2f}" for part in PARTS)
-              + (f"  vs ngram {ratio:.2f}x (less forwards {r['overhead_vs_ngram']:.2f}x)" if ratio else ""))
+              + (f"  vs {kind} {ratio:.2f}x (less forwards {r[f'overhead_vs_{kind}']:.2f}x)" if ratio else ""))
 
 
 if __name__ == "__main__":

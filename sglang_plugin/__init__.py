@@ -14,7 +14,7 @@ def register() -> None:
     from sglang.srt.speculative.spec_registry import get_spec
 
     from common.checkpoint_configs import register_configs
-    from sglang_plugin import attention, cli, request_state, requests
+    from sglang_plugin import attention, cli, request_state, requests, step_timer
     from sglang_plugin.cpu_ops import register_missing_ops
 
     register_missing_ops()
@@ -31,6 +31,7 @@ def register() -> None:
     for name in cli.ALGORITHMS.values():
         if get_spec(name) is None:
             SpeculativeAlgorithm.register(name, spec_class=spec_class())(worker_class)
+    step_timer.install()
     engine_keywords()
 
 

@@ -57,3 +57,27 @@ def test_engine_keywords_equal_reference(engine_dir, prompts, cpu_engine_env):
 def test_engine_bad_keywords_raise(engine_dir, cpu_engine_env, kwargs, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
         sglang.Engine(model_path=str(engine_dir["qwen3"]), **kwargs, **CPU_KWARGS)
+
+
+def test_profile_step_times_sglang_steps(tmp_path):
+    """`scripts.profile_step --engine sglang` times jacobi and SGLang's plain decode inside the scheduler process:
+    the parts add up to the step, and jacobi's step is set beside AR's."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, "-m", "scripts.profile_step", "--engine", "sglang", "--models",
+                          str(tmp_path / "m"), "--json", str(tmp_path / "p.json"), "--methods", "jacobi",
+                          "--batch-sizes", "2", "--max-tokens", "12"], cwd=root, capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    records = {r["method"]: r for r in json.loads((tmp_path / "p.json").read_text())}
+    assert set(records) == {"ar", "jacobi"}
+    for record in records.values():
+        parts = sum(record[f"{part}_ms"] for part in ("forward", "extra_forward", "hooks", "engine"))
+        assert abs(parts - record["step_ms"]) < 1e-6 and record["forward_ms"] > 0 and record["steps"] > 0
+    jacobi, ar = records["jacobi"], records["ar"]
+    assert jacobi["per_step_vs_ar"] == jacobi["step_ms"] / ar["step_ms"]
+    assert jacobi["rows_per_step"] > ar["rows_per_step"] and jacobi["tokens_per_step"] > 1
