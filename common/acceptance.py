@@ -43,6 +43,16 @@ def accept_greedy(drafts: list[int], predicted: torch.Tensor) -> list[int]:
     return drafts[:accepted] + [int(predicted[accepted])]
 
 
+def accept_greedy_batch(drafts: list[list[int]], predicted: torch.Tensor) -> list[list[int]]:
+    """`accept_greedy` for a batch of requests in one pass: `predicted` [requests, >= longest drafts + 1] holds
+    each request's argmax rows."""
+    width = max((len(d) for d in drafts), default=0)
+    padded = torch.tensor([d + [-1] * (width - len(d)) for d in drafts], dtype=torch.long).view(len(drafts), width)
+    accepted = (padded == predicted[:, :width]).long().cumprod(1).sum(1)  # -1 pads match no token
+    tokens = predicted.gather(1, accepted[:, None])[:, 0].tolist()
+    return [d[:a] + [t] for d, a, t in zip(drafts, accepted.tolist(), tokens, strict=True)]
+
+
 def verify(
     drafts: torch.Tensor,
     target_logits: torch.Tensor,

@@ -155,11 +155,13 @@ class JacobiDecoder(Decoder):
         self.commit([token])
 
     def follow(self, predicted: list[int], committed: list[int]) -> None:
-        """Engine-driven step: the engine verified `main_drafts()` itself and committed `committed`.
+        """Engine-driven step: the engine verified `main_drafts()` (or the first of them it scheduled) itself and
+        committed `committed`.
 
-        `predicted` holds the verify forward's per-position predictions (see `advance`).
+        `predicted` holds the verify forward's per-position predictions (see `advance`), one per verified draft and
+        the bonus row.
         """
-        drafts = len(self.main_drafts())
+        drafts = len(predicted) - 1
         self.acceptance.record(drafts, len(committed) - 1)
         if self.config.pool_size and len(committed) <= drafts:
             self.recycle(committed, predicted, drafts + 1)

@@ -6,20 +6,24 @@ to vLLM's own `ngram` at the same width and plain AR, at several batch sizes.
 
 Each method runs on the checkpoint trained for it (`scripts.bench`'s table, with its settings: eager, float32),
 each engine in a process of its own with its core inside (so its model runner's methods can be timed), greedy,
-`ignore_eos`, a warm-up batch first; every step of the timed batch counts, its prefill step included. Per engine
-step (one `EngineCore.step`): `forward` is the step's model forward (`_model_forward`, with any attention passes
-our methods add inside it), `extra_forward` our forwards beside it (draft and reveal windows, `run_windows`),
-`hooks` the rest of the drafting (`propose_draft_token_ids`) and sampling (`_sample`, where our commit rules
-run), `engine` everything else in the step (scheduling, input preparation, output processing).
+`ignore_eos`, a warm-up batch first; every decode step of the timed batch counts (its first step, the prefill, and
+that step's token are left out). Per engine step (one `EngineCore.step`): `forward` is the step's model forward
+(`_model_forward`, with any attention passes our methods add inside it), `extra_forward` our forwards beside it
+(draft and reveal windows, `run_windows`), `hooks` the rest of the drafting (`propose_draft_token_ids`) and
+sampling (`_sample`, where our commit rules run), `engine` everything else in the step (scheduling, input
+preparation, output processing).
 `rows_per_step` counts the rows the step's model forward carried (ngram drafts only where its n-grams match, so
 it forwards fewer rows than a method that always fills its width). `per_step_vs_ngram` is the method's step time
 over the `ngram` step time at the same batch size and width; `overhead_vs_ngram` the same for the step less its model
 forwards (`overhead_ms`: hooks and engine), the cost that does not come from the rows the method chose to forward.
+`--prompts periodic` takes prompts the checkpoints continue by repeating them (`PERIODIC`), where ngram drafts, and
+lands, its full width every step: there both forward the rows of their width and the steps compare like for like.
 
 SGLang (`--engine sglang`, in its environment; no ngram there) is timed inside its scheduler process
-(`sglang_plugin.step_timer`), per step that ran a batch: `forward` every model forward (`ModelRunner.forward`, our
-draft and reveal windows included, so `extra_forward` is 0), `hooks` the rest of running the batch (our workers'
-planning and commit rules, SGLang's sampling), `engine` its scheduling and result processing. Each method is set
+(`sglang_plugin.step_timer`), per decode step (prefill steps and their tokens left out): `forward` every model
+forward (`ModelRunner.forward`, our draft and reveal windows included, so `extra_forward` is 0), `hooks` the rest of
+running the batch (our workers' planning and commit rules, SGLang's sampling), `engine` its scheduling and result
+processing. Each method is set
 beside SGLang's plain decode step on the same checkpoint: `per_step_vs_ar`, `overhead_vs_ar`.
 """
 
@@ -39,6 +43,10 @@ from scripts.bench import METHODS, ONE_ENGINE, PROMPTS, ngram
 from scripts.trained_models import copy
 
 PARTS = ("forward", "extra_forward", "hooks", "engine")
+# Prompts whose greedy continuation on the shipped checkpoints repeats their own period, so ngram's lookup drafts its
+# full width every step and both it and our methods forward every row of their width: the same rows per step.
+PERIODIC = ["import sys\n" * 16, "import os\n" * 16, "x" * 40, "=" * 60, "0" * 40, "#" * 60, "import io\n" * 16,
+            "from os import path\n" * 10]
 
 
 class StepTimer:
@@ -53,6 +61,7 @@ class StepTimer:
         runner_hooks.install()  # first: the timers wrap the plugin's hooks (which pass through for other drafters)
         self.seconds: Counter = Counter()
         self.steps = self.rows = 0
+        self.skip = 0
         self.wrap(EngineCore, "step", "step", count=True)
         self.wrap(GPUModelRunner, "_model_forward", "forward", rows=True)
         self.wrap(GPUModelRunner, "propose_draft_token_ids", "propose")
@@ -72,12 +81,17 @@ class StepTimer:
             finally:
                 self.seconds[part] += time.perf_counter() - start
                 self.steps += count
+                if count and self.skip:  # the batch's first step, its prefill: not a decode step
+                    self.skip -= 1
+                    self.reset(skip=self.skip)
 
         setattr(owner, name, timed)
 
-    def reset(self) -> None:
+    def reset(self, skip: int = 0) -> None:
+        """Start counting afresh after `skip` more engine steps."""
         self.seconds.clear()
         self.steps = self.rows = 0
+        self.skip = skip
 
     def split(self) -> dict[str, float]:
         """Milliseconds per step, by part."""
@@ -106,7 +120,8 @@ def skip_numba_in_kernel_scan() -> None:
     current_platform.register_triton_kernel_overrides = register_without_numba
 
 
-def profile(model: str, name: str, spec: dict | None, batch_sizes: list[int], max_tokens: int) -> list[dict]:
+def profile(model: str, name: str, spec: dict | None, batch_sizes: list[int], max_tokens: int, prompts: list[str]
+            ) -> list[dict]:
     """One engine per method in this process (its own, so engines do not share one process's patched kernels),
     every batch size on it, a warm-up batch first."""
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine core in this process, its runner timed
@@ -119,18 +134,19 @@ def profile(model: str, name: str, spec: dict | None, batch_sizes: list[int], ma
     params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
     records = []
     for batch_size in batch_sizes:
-        prompts = [PROMPTS[i % len(PROMPTS)] for i in range(batch_size)]
-        llm.generate(prompts, params, use_tqdm=False)
-        timer.reset()
-        outputs = llm.generate(prompts, params, use_tqdm=False)
-        tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
+        batch = [prompts[i % len(prompts)] for i in range(batch_size)]
+        llm.generate(batch, params, use_tqdm=False)
+        timer.reset(skip=1)
+        outputs = llm.generate(batch, params, use_tqdm=False)
+        tokens = sum(len(o.outputs[0].token_ids) - 1 for o in outputs)  # the prefill's token left out with its step
         records.append({"method": name, "config": spec, "batch_size": batch_size, "steps": timer.steps,
                         "tokens_per_step": tokens / timer.steps, "rows_per_step": timer.rows / timer.steps,
                         **{f"{part}_ms": value for part, value in timer.split().items()}})
     return records
 
 
-def profile_sglang(model: str, name: str, spec: dict | None, batch_sizes: list[int], max_tokens: int) -> list[dict]:
+def profile_sglang(model: str, name: str, spec: dict | None, batch_sizes: list[int], max_tokens: int,
+                   prompts: list[str]) -> list[dict]:
     """One offline SGLang engine per method in this process's child (its scheduler), every batch size on it, a
     warm-up batch first; the step timer's totals read before and after each timed batch."""
     import tempfile
@@ -154,16 +170,16 @@ def profile_sglang(model: str, name: str, spec: dict | None, batch_sizes: list[i
     records = []
     try:
         for batch_size in batch_sizes:
-            prompts = [PROMPTS[i % len(PROMPTS)] for i in range(batch_size)]
-            engine.generate(prompts, params)
-            before = Counter(json.loads(path.read_text()))
-            outputs = engine.generate(prompts, params)
-            totals = Counter(json.loads(path.read_text()))
+            batch = [prompts[i % len(prompts)] for i in range(batch_size)]
+            engine.generate(batch, params)
+            before = settled(path)
+            outputs = engine.generate(batch, params)
+            totals = settled(path)
             totals.subtract(before)
             steps = max(totals["steps"], 1)
             ms = {part: 1000 * totals[part] / steps for part in ("forward", "run", "schedule", "result")}
             records.append({"method": name, "config": spec, "batch_size": batch_size, "steps": totals["steps"],
-                            "tokens_per_step": sum(o["meta_info"]["completion_tokens"] for o in outputs) / steps,
+                            "tokens_per_step": sum(o["meta_info"]["completion_tokens"] - 1 for o in outputs) / steps,
                             "rows_per_step": totals["rows"] / steps, "forward_ms": ms["forward"],
                             "extra_forward_ms": 0.0, "hooks_ms": ms["run"] - ms["forward"],
                             "engine_ms": ms["schedule"] + ms["result"],
@@ -171,6 +187,16 @@ def profile_sglang(model: str, name: str, spec: dict | None, batch_sizes: list[i
     finally:
         engine.shutdown()
     return records
+
+
+def settled(path: Path) -> Counter:
+    """The step timer's totals once its last step has written them: the answer to a request reaches the caller
+    before the step that produced it has finished (and written), so read until two reads 0.2 s apart agree."""
+    totals = None
+    while (now := json.loads(path.read_text())) != totals:
+        totals = now
+        time.sleep(0.2)
+    return Counter(totals)
 
 
 def with_peer_ratio(records: list[dict]) -> list[dict]:
@@ -221,6 +247,8 @@ def main() -> None:
     parser.add_argument("--png", default=None)
     parser.add_argument("--batch-sizes", default="1,8,32")
     parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--prompts", choices=["demo", "periodic"], default="demo",
+                        help="the demo's prompts, or ones the checkpoints continue periodically (ngram's full width)")
     parser.add_argument("--methods", default=None,
                         help="comma-separated, from scripts.bench's table (default: every one the engine runs)")
     args = parser.parse_args()
@@ -243,7 +271,7 @@ def main() -> None:
     for name, checkpoint, spec, peer in tqdm(runs, desc="profile"):
         with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
             measured = pool.submit(measure, str(Path(args.models) / checkpoint), name, spec, batch_sizes,
-                                   args.max_tokens).result()
+                                   args.max_tokens, PROMPTS if args.prompts == "demo" else PERIODIC).result()
         records += [{"engine": args.engine, "checkpoint": checkpoint, "peer": peer, **record} for record in measured]
     records = with_peer_ratio(records)
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)

@@ -80,8 +80,8 @@ class FollowingDrafter:
         self.config, self.worker = config, worker
 
     def decoder(self, req: Any, state: RequestState) -> Any:
-        tokens = list(req.origin_input_ids) + list(req.output_ids)
-        if state.decoder is None or state.decoder.num_tokens != len(tokens):
+        if state.decoder is None or state.decoder.num_tokens != len(req.origin_input_ids) + len(req.output_ids):
+            tokens = list(req.origin_input_ids) + list(req.output_ids)
             state.decoder = self.decoder_class.resume(tokens, state.sampling, Limits(max_tokens=allowed(req) + 1),
                                                       self.config, state.generator)
         return state.decoder
@@ -100,13 +100,14 @@ class JacobiDrafter(FollowingDrafter):
                      committed: list) -> None:
         """The decoder follows the committed run and, from each verified row, the greedy argmax (`predicted`
         [bs, W]) or a sample."""
+        rows = predicted.tolist()
         for row, (state, d, run) in enumerate(zip(states, drafts, committed, strict=True)):
             n = len(d.tokens) + 1
             if state.sampling.greedy:
-                followed = predicted[row, :n]
+                followed = rows[row][:n]
             else:
-                followed = choose(logits[row, :n].float().cpu(), state.sampling, state.generator)
-            state.decoder.follow(followed.tolist(), run)
+                followed = choose(logits[row, :n].float().cpu(), state.sampling, state.generator).tolist()
+            state.decoder.follow(followed, run)
 
 
 class WeDLMSpecDrafter(FollowingDrafter):

@@ -1,6 +1,6 @@
 """Lossless modes on SGLang: each decode step forwards `[seed, drafts]` per request (chain-causal) and verifies
-it with `common.acceptance` (greedy requests from one batched argmax); the unaccepted tail's KV is simply
-overwritten next step.
+it with `common.acceptance` (greedy requests from one batched argmax and one batched match); the unaccepted tail's
+KV is simply overwritten next step.
 
 Prefill and extend batches run as SGLang runs them but without its sampler: a request completing its prompt draws
 its first token with its own generator (`prefill`). Which drafts a request carries is the mode's business
@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from common.acceptance import accept_greedy, verify
+from common.acceptance import accept_greedy_batch, verify
 from common.sampling import choose
 from sglang_plugin.drafters import make_drafter
 from sglang_plugin.drafts import RequestState
@@ -43,10 +43,11 @@ class VerifyWorker(PluginWorker):
         chain = torch.ones(self.width, self.width, dtype=torch.bool).tril().expand(len(seeds), -1, -1)
         logits = self.run_window(batch, tokens, chain)
         predicted = logits.argmax(-1).cpu()
-        committed = [accept_greedy(d.tokens, predicted[row]) if state.sampling.greedy else
+        greedy = accept_greedy_batch([d.tokens for d in drafts], predicted)
+        committed = [run if state.sampling.greedy else
                      verify(torch.tensor(d.tokens, dtype=torch.long), logits[row, : len(d.tokens) + 1].float().cpu(),
                             state.sampling, state.generator, d.probs)
-                     for row, (state, d) in enumerate(zip(states, drafts, strict=True))]
+                     for row, (state, d, run) in enumerate(zip(states, drafts, greedy, strict=True))]
         self.drafter.after_verify(batch.reqs, states, logits, predicted, drafts, committed)
         return self.result(batch, committed, on_publish, self.chain_logprobs(batch, logits, committed))
 

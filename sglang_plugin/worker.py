@@ -32,6 +32,20 @@ def sampling_of(req: Any) -> SamplingParams:
                           seed=seed)
 
 
+def window_mask(starts: torch.Tensor, visible: torch.Tensor, cached: int) -> torch.Tensor:
+    """SGLang's flat custom mask for windows [bs, W] after `starts` [bs] cached tokens (`cached` in all): request
+    by request, its W rows of [cached prefix (all seen), window (`visible` [bs, W, W])], built in one scatter."""
+    bs, width = visible.shape[:2]
+    row_len = starts + width
+    sizes = width * row_len
+    offsets = sizes.cumsum(0) - sizes
+    steps = torch.arange(width, device=starts.device)
+    index = (offsets + starts)[:, None, None] + steps[:, None] * row_len[:, None, None] + steps
+    mask = torch.ones(width * (cached + bs * width), dtype=torch.bool, device=starts.device)
+    mask[index.flatten()] = visible.flatten()
+    return mask
+
+
 class PluginWorker(BaseSpecWorker):
     # Tokens of a step that are not drafts (SGLang's accept statistics subtract them).
     non_draft_tokens = 1
@@ -97,8 +111,6 @@ class PluginWorker(BaseSpecWorker):
         if locations is None:
             table = self.req_to_token_pool.req_to_token
             locations = table[batch.req_pool_indices[:, None].long(), physical].long()
-        masks = [torch.cat([torch.ones(width, int(prefix), dtype=torch.bool, device=device), rows.to(device)], 1)
-                 for prefix, rows in zip(starts.tolist(), visible, strict=True)]
         view = copy.copy(batch)
         view.forward_mode = ForwardMode.TARGET_VERIFY
         view.input_ids = tokens.flatten().to(device)
@@ -108,7 +120,7 @@ class PluginWorker(BaseSpecWorker):
         view.seq_lens_sum = int(starts.sum())
         view.extend_lens = view.prefix_lens = view.extend_logprob_start_lens = None
         view.return_logprob = False
-        mask = torch.cat([m.flatten() for m in masks])
+        mask = window_mask(starts, visible.to(device), view.seq_lens_sum)
         view.spec_info = NgramVerifyInput(draft_token=view.input_ids, custom_mask=mask, positions=positions.flatten(),
                                           draft_token_num=width)
         result = self._target_worker.forward_batch_generation(view, is_verify=True)

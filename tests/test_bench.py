@@ -30,11 +30,12 @@ def test_quick_bench(tmp_path):
 
 
 def test_profile_step_splits_each_step(tmp_path):
-    """`scripts.profile_step` times jacobi, its ngram peer and AR: the parts add up to the step, and jacobi's step
-    is compared with ngram's."""
+    """`scripts.profile_step` times jacobi, its ngram peer and AR over their decode steps: the parts add up to the
+    step, and jacobi's step is compared with ngram's, which on the periodic prompts drafts its full width."""
     out = subprocess.run([sys.executable, "-m", "scripts.profile_step", "--models", str(tmp_path / "m"),
                           "--json", str(tmp_path / "p.json"), "--methods", "jacobi", "--batch-sizes", "2",
-                          "--max-tokens", "12"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+                          "--max-tokens", "12", "--prompts", "periodic"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     records = {r["method"]: r for r in json.loads((tmp_path / "p.json").read_text())}
     assert set(records) == {"ar", "jacobi", "ngram-8"}
@@ -45,7 +46,8 @@ def test_profile_step_splits_each_step(tmp_path):
     assert jacobi["per_step_vs_ngram"] == jacobi["step_ms"] / records["ngram-8"]["step_ms"]
     overhead = {name: r["step_ms"] - r["forward_ms"] - r["extra_forward_ms"] for name, r in records.items()}
     assert abs(jacobi["overhead_vs_ngram"] - overhead["jacobi"] / overhead["ngram-8"]) < 1e-9
-    assert jacobi["rows_per_step"] > records["ar"]["rows_per_step"]
+    assert records["ar"]["rows_per_step"] == 2 and records["ar"]["steps"] == 11  # 12 tokens less the prefill's
+    assert records["ngram-8"]["rows_per_step"] == 2 * 9 and jacobi["rows_per_step"] > 2
 
 
 def test_digest_bench_times_both_paths(tmp_path):

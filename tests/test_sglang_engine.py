@@ -60,8 +60,8 @@ def test_engine_bad_keywords_raise(engine_dir, cpu_engine_env, kwargs, message):
 
 
 def test_profile_step_times_sglang_steps(tmp_path):
-    """`scripts.profile_step --engine sglang` times jacobi and SGLang's plain decode inside the scheduler process:
-    the parts add up to the step, and jacobi's step is set beside AR's."""
+    """`scripts.profile_step --engine sglang` times jacobi's and SGLang's plain decode steps inside the scheduler
+    process, prefill left out: the parts add up to the step, and jacobi's step is set beside AR's."""
     import json
     import subprocess
     import sys
@@ -81,3 +81,20 @@ def test_profile_step_times_sglang_steps(tmp_path):
     jacobi, ar = records["jacobi"], records["ar"]
     assert jacobi["per_step_vs_ar"] == jacobi["step_ms"] / ar["step_ms"]
     assert jacobi["rows_per_step"] > ar["rows_per_step"] and jacobi["tokens_per_step"] > 1
+    assert ar["steps"] == 11 and ar["rows_per_step"] == 2 and ar["tokens_per_step"] == 2  # 12 tokens less prefill's
+
+
+def test_window_mask_equals_per_request_blocks():
+    """The workers' flat custom mask, built in one scatter, is each request's [cached prefix, window] rows in turn."""
+    import torch
+
+    from sglang_plugin.worker import window_mask
+
+    generator = torch.Generator().manual_seed(1)
+    for _ in range(100):
+        bs, width = (int(torch.randint(1, high, (1,), generator=generator)) for high in (6, 9))
+        starts = torch.randint(0, 30, (bs,), generator=generator)
+        visible = torch.rand(bs, width, width, generator=generator) < 0.5
+        blocks = [torch.cat([torch.ones(width, int(prefix), dtype=torch.bool), rows], 1).flatten()
+                  for prefix, rows in zip(starts.tolist(), visible, strict=True)]
+        assert torch.equal(window_mask(starts, visible, int(starts.sum())), torch.cat(blocks))

@@ -92,11 +92,14 @@ OFF_BY_ONE = """
 import common.acceptance as acceptance
 
 def accept_one_too_many(drafts, predicted):
-    accepted = min(acceptance.leading_matches(acceptance.torch.tensor(drafts, dtype=acceptance.torch.long),
-                                              predicted) + 1, len(drafts))
-    return drafts[:accepted] + [int(predicted[accepted])]
+    runs = []
+    for row, tokens in enumerate(drafts):
+        accepted = min(acceptance.leading_matches(acceptance.torch.tensor(tokens, dtype=acceptance.torch.long),
+                                                  predicted[row]) + 1, len(tokens))
+        runs.append(tokens[:accepted] + [int(predicted[row, accepted])])
+    return runs
 
-acceptance.accept_greedy = accept_one_too_many
+acceptance.accept_greedy_batch = accept_one_too_many
 """
 
 
