@@ -174,20 +174,19 @@ class JacobiDecoder(Decoder):
         self._branches = self.candidates() if self.config.recycling == "branches" else []
         ids = main + [t for cand in self._branches for t in cand]
         positions = list(range(self.cache_len, self.cache_len + len(main)))
-        n_main, n = len(main), len(ids)
-        visible = torch.ones(n, n, dtype=torch.bool).tril()
-        start = n_main
+        n = len(ids)
+        visible = torch.ones(n, n, dtype=torch.bool).tril() if self._branches else None
+        start = len(main)
         for cand in self._branches:
             positions += range(self.next_position, self.next_position + len(cand))
             visible[start : start + len(cand), len(pending) : start] = False
             start += len(cand)
-        custom = bool(self._branches)
         return Forward(
             token_ids=torch.tensor(ids),
             positions=torch.tensor(positions),
             logit_rows=torch.arange(len(pending) - 1, n),
-            attention=Attention.CUSTOM if custom else Attention.CAUSAL,
-            mask=visible if custom else None,
+            attention=Attention.CAUSAL if visible is None else Attention.CUSTOM,
+            mask=visible,
         )
 
     def update(self, logits: torch.Tensor) -> Outcome:

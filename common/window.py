@@ -67,11 +67,18 @@ def after_rows(forward: Forward | None, token_ids: list[int], start: int) -> For
     """`forward` preceded by causal rows of `token_ids` at logical positions `start`...: tokens whose KV the
     method counts as cached but an engine's cache lacks (the engine recomputes them in the same forward).
 
-    `forward` (None: the rows alone) sees every prepended row; its `logit_rows` are shifted past them."""
+    `forward` (None: the rows alone) sees every prepended row; its `logit_rows` are shifted past them. A causal
+    `forward` stays causal (and one with no rows to prepend stays as it is), so no mask is built for it."""
     rows = causal_forward(token_ids, start, [])
     if forward is None:
         return rows
     n, m = rows.num_tokens, forward.num_tokens
+    if n == 0:
+        return forward
+    if forward.attention is Attention.CAUSAL:
+        return Forward(token_ids=torch.cat([rows.token_ids, forward.token_ids]),
+                       positions=torch.cat([rows.positions, forward.positions]),
+                       logit_rows=forward.logit_rows + n, adapter=forward.adapter)
     mask = torch.zeros(n + m, n + m, dtype=torch.bool)
     mask[:n, :n] = rows.visibility()
     mask[n:, :n] = True
