@@ -38,13 +38,12 @@ def leading_matches(drafts: torch.Tensor, predicted: torch.Tensor) -> int:
 
 def accept_greedy(drafts: list[int], predicted: torch.Tensor) -> list[int]:
     """Greedy verification from the target's argmax per row (`predicted` has a row more than `drafts`): the
-    matching drafts plus the target's token at the first mismatch."""
-    accepted = leading_matches(torch.tensor(drafts, dtype=torch.long), predicted)
-    return drafts[:accepted] + [int(predicted[accepted])]
+    matching drafts plus the target's token at the first mismatch: the batch of one of `accept_greedy_batch`."""
+    return accept_greedy_batch([drafts], predicted[None])[0]
 
 
 def accept_greedy_batch(drafts: list[list[int]], predicted: torch.Tensor) -> list[list[int]]:
-    """`accept_greedy` for a batch of requests in one pass: `predicted` [requests, >= longest drafts + 1] holds
+    """Greedy verification of a batch of requests in one pass: `predicted` [requests, >= longest drafts + 1] holds
     each request's argmax rows."""
     width = max((len(d) for d in drafts), default=0)
     padded = torch.tensor([d + [-1] * (width - len(d)) for d in drafts], dtype=torch.long).view(len(drafts), width)

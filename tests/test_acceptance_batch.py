@@ -1,8 +1,9 @@
-"""The batched greedy acceptance SGLang's verifying modes use equals `accept_greedy` request by request."""
+"""The batched greedy acceptance (SGLang's verifying modes; `accept_greedy` is its batch of one) equals the rule
+request by request: the drafts up to the first mismatch with the argmax, then the argmax there."""
 
 import torch
 
-from common.acceptance import accept_greedy, accept_greedy_batch
+from common.acceptance import accept_greedy, accept_greedy_batch, leading_matches
 
 
 def test_batched_greedy_acceptance_equals_per_request():
@@ -18,8 +19,12 @@ def test_batched_greedy_acceptance_equals_per_request():
             flips = torch.rand(n, generator=generator) < 0.3
             tokens[flips] = (tokens[flips] + 1) % 3
             drafts.append(tokens.tolist())
-        expected = [accept_greedy(d, predicted[row]) for row, d in enumerate(drafts)]
+        expected = []
+        for row, d in enumerate(drafts):
+            k = leading_matches(torch.tensor(d, dtype=torch.long), predicted[row])
+            expected.append(d[:k] + [int(predicted[row, k])])
         assert accept_greedy_batch(drafts, predicted) == expected
+        assert [accept_greedy(d, predicted[row]) for row, d in enumerate(drafts)] == expected
 
 
 def test_batched_greedy_acceptance_without_drafts():
