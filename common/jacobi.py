@@ -17,14 +17,16 @@ deterministic function of the forward, so sampling stays exact.
 
 import math
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 
 import torch
 
-from common import margins
-from common.acceptance import leading_matches, verify
+from common.acceptance import accept_greedy_batch, verify
 from common.decoder import Decoder, Limits
 from common.errors import require
+from common.row_stats import RowReading, RowStats
 from common.sampling import SamplingParams, choose
 from common.window import Attention, Forward, Outcome
 
@@ -189,33 +191,64 @@ class JacobiDecoder(Decoder):
             mask=visible,
         )
 
-    def update(self, logits: torch.Tensor) -> Outcome:
+    def reads(self, forward: Forward) -> RowReading:
+        return RowReading()
+
+    def update(self, rows: RowStats) -> Outcome:
+        return self.update_batch([self], rows, [len(rows)])[0]
+
+    @classmethod
+    def update_batch(cls, decoders: Sequence["JacobiDecoder"], rows: RowStats, sizes: Sequence[int]) -> list[Outcome]:
+        """Each decoder verifies its main drafts' RA block and its recycled branches (`plan`): every option of every
+        decoder is matched greedily in one pass over the batch, and the one accepting most wins (the main drafts on
+        a tie); sampling decoders then accept its drafts by the point-mass rule. Each decoder's blocks then take its
+        window's predictions (`advance`)."""
+        starts = list(accumulate(sizes, initial=0))
+        owners, drafts, option_rows, mains = [], [], [], []  # per option: decoder, drafts, rows; per decoder: rows
+        for i, decoder in enumerate(decoders):
+            main = decoder.main_drafts()
+            mains.append(len(main) + 1)
+            owners.append(i)
+            drafts.append(main[: decoder.ra_end - decoder.next_position])
+            option_rows.append(list(range(len(drafts[-1]) + 1)))
+            offset = len(main) + 1
+            for cand in decoder._branches:
+                owners.append(i)
+                drafts.append(cand)
+                option_rows.append([0, *range(offset, offset + len(cand))])
+                offset += len(cand)
+        width = max(len(r) for r in option_rows)
+        index = torch.tensor([[starts[i] + r for r in (rs + rs[:1] * (width - len(rs)))]
+                              for i, rs in zip(owners, option_rows, strict=True)])
+        greedy = accept_greedy_batch(drafts, rows.token[index])
+        outcomes = []
+        for i, decoder in enumerate(decoders):
+            first = owners.index(i)
+            best = max(range(first, first + len(decoder._branches) + 1), key=lambda k: (len(greedy[k]), -k))
+            outcomes.append(decoder._verified(rows.part(starts[i], starts[i + 1]), drafts[best], option_rows[best],
+                                              greedy[best], mains[i], best == first))
+        return outcomes
+
+    def _verified(self, rows: RowStats, drafts: list[int], option_rows: list[int], greedy: list[int], n_main: int,
+                  main: bool) -> Outcome:
+        """Commit from the winning option, `drafts` verified by `option_rows` of this decoder's `rows` (`greedy`
+        what greedy acceptance commits), of the `n_main` rows of its main window or (not `main`) a branch."""
         n_pending = self.num_tokens - self.cache_len
-        drafts = self.main_drafts()
-        main_logits, branch_logits = logits[: len(drafts) + 1], logits[len(drafts) + 1 :]
-        ra = torch.tensor(drafts[: self.ra_end - self.next_position], dtype=torch.long)
-        options = [(ra, main_logits[: ra.numel() + 1])]
-        offset = 0
-        for cand in self._branches:
-            rows = torch.cat([main_logits[:1], branch_logits[offset : offset + len(cand)]])
-            options.append((torch.tensor(cand), rows))
-            offset += len(cand)
         if self.sampling.greedy:
-            self.note_margin(margins.top2(logits))
-        scores = [leading_matches(d, rows.argmax(-1)) for d, rows in options]
-        best = max(range(len(options)), key=lambda i: (scores[i], -i))
-        drafts_best, rows_best = options[best]
-        committed = verify(drafts_best, rows_best, self.sampling, self.generator)
-        self.acceptance.record(drafts_best.numel(), len(committed) - 1)
-        # The next drafts come from the winning branch's rows where it has them, the main window's after.
-        window = torch.cat([rows_best, main_logits[len(rows_best) :]])
-        predicted = window.argmax(-1) if self.sampling.greedy else choose(window, self.sampling, self.generator)
-        predicted = predicted.tolist()
-        if self.config.pool_size and len(committed) <= drafts_best.numel():
-            self.recycle(committed, predicted, len(rows_best))
+            self.note_margin(float(rows.margin.min()) if len(rows) else float("inf"))
+            committed = greedy
+        else:
+            committed = verify(torch.tensor(drafts, dtype=torch.long), rows.logits[option_rows], self.sampling,
+                               self.generator)
+        self.acceptance.record(len(drafts), len(committed) - 1)
+        # The next drafts come from the winning option's rows where it has them, the main window's after.
+        window = torch.tensor(option_rows + list(range(len(option_rows), n_main)))
+        predicted = (rows.token[window] if self.sampling.greedy
+                     else choose(rows.logits[window], self.sampling, self.generator)).tolist()
+        if self.config.pool_size and len(committed) <= len(drafts):
+            self.recycle(committed, predicted, len(option_rows))
         self.advance(predicted, len(committed))
-        kv_keep = n_pending + (len(committed) - 1 if best == 0 else 0)
-        return Outcome(committed, kv_keep=kv_keep)
+        return Outcome(committed, kv_keep=n_pending + (len(committed) - 1 if main else 0))
 
     def advance(self, predicted: list[int], num_committed: int) -> None:
         """Jacobi update of every block from one forward's per-position predictions, then promote and spawn.

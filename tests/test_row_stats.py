@@ -4,9 +4,10 @@ decisions taken once per step for the whole batch."""
 import pytest
 import torch
 
-from common import diffusion, row_stats, wedlm
+from common import diffusion, jacobi, row_stats, wedlm
 from common.decoder import Limits
 from common.diffusion import DiffusionConfig, DiffusionDecoder
+from common.jacobi import JacobiConfig, JacobiDecoder
 from common.quadratic_self_spec import QuadraticSelfSpecConfig, QuadraticSelfSpecDecoder
 from common.row_stats import RowReading, RowStats, apply_rows
 from common.sampling import SamplingParams
@@ -25,6 +26,10 @@ def decoders(method: str, seeds: list[int | None]) -> list:
         if method == "wedlm":
             made.append(WeDLMDecoder(prompt, sampling, limits, WeDLMConfig(
                 window=5 + i % 3, entropy_threshold=[2.0, 0.6, None][i % 3], mask_token_id=MASK)))
+        elif method == "jacobi":  # plain and multi-block, recycling as branches or linearly, or none
+            made.append(JacobiDecoder(prompt, sampling, limits, JacobiConfig(
+                block_size=3 + i % 3, num_blocks=1 + i % 2, spawn_ratio=0.5, pool_size=[4, 0, 4][i % 3],
+                verification_size=2, recycling=["branches", "linear"][i // 3 % 2])))
         elif method == "quadratic":
             made.append(QuadraticSelfSpecDecoder(prompt, sampling, limits, QuadraticSelfSpecConfig(
                 block_size=3, mask_token_id=MASK)))
@@ -42,21 +47,23 @@ def run(method: str, seeds: list[int | None], batched: bool) -> tuple[list[list[
     while live := [d for d in live if not d.finished]:
         sizes = [d.next_forward().logit_rows.numel() for d in live]
         logits = torch.randn(sum(sizes), VOCAB, generator=generator) * 4
+        if method == "jacobi":  # a few likely tokens: drafts and recycled branches match now and then
+            logits[:, 4:7] += 6
         outcomes = (apply_rows(live, logits, sizes) if batched
                     else [d.apply(rows) for d, rows in zip(live, logits.split(sizes), strict=True)])
         steps.append([o.committed for o in outcomes])
     return steps, [d.decision_margins for d in made]
 
 
-@pytest.mark.parametrize("method", ["wedlm", "diffusion", "quadratic"])
+@pytest.mark.parametrize("method", ["wedlm", "diffusion", "quadratic", "jacobi"])
 def test_batched_digest_equals_per_request(method: str, monkeypatch: pytest.MonkeyPatch) -> None:
     seeds = [None, 5, None, None, 7, None]  # greedy requests batched, sampled ones digesting their own logits
     steps, decided = run(method, seeds, batched=True)
     assert (steps, decided) == run(method, seeds, batched=False)
     assert sum(len(tokens) for step in steps for tokens in step) > len(steps)  # steps that commit several
     if method != "quadratic":  # the decision runs once per step over the batch's greedy requests
-        module = wedlm if method == "wedlm" else diffusion
-        rule = "select_masks" if method == "wedlm" else "reveal"
+        module = {"wedlm": wedlm, "diffusion": diffusion, "jacobi": jacobi}[method]
+        rule = {"wedlm": "select_masks", "diffusion": "reveal", "jacobi": "accept_greedy_batch"}[method]
         batches, decide = [], getattr(module, rule)
 
         def counted(*args: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -65,7 +72,10 @@ def test_batched_digest_equals_per_request(method: str, monkeypatch: pytest.Monk
 
         monkeypatch.setattr(module, rule, counted)
         run(method, seeds, batched=True)
-        assert max(batches) == sum(seed is None for seed in seeds)
+        if method == "jacobi":  # the greedy match takes every option (drafts, branches) of every greedy request
+            assert max(batches) >= sum(seed is None for seed in seeds) > 1 + 2  # a sampled request's options
+        else:
+            assert max(batches) == sum(seed is None for seed in seeds)
 
 
 def test_row_stats_match_their_definitions() -> None:
