@@ -24,6 +24,7 @@ METHODS = {
     "wedlm": {"window": 16, "entropy_threshold": 2.0, "distance_penalty": 0.02},
     "diffusion": {"block_size": 16, "confidence_threshold": 0.2},
     "diffusion_self_quadratic": {"block_size": 8},
+    "jacobi": {"block_size": 16, "num_blocks": 2, "pool_size": 4, "verification_size": 4},
 }
 
 

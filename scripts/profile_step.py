@@ -16,6 +16,10 @@ preparation, output processing).
 it forwards fewer rows than a method that always fills its width). `per_step_vs_ngram` is the method's step time
 over the `ngram` step time at the same batch size and width; `overhead_vs_ngram` the same for the step less its model
 forwards (`overhead_ms`: hooks and engine), the cost that does not come from the rows the method chose to forward.
+`forwards_per_step` counts the model forwards an engine step ran (1 for AR and ngram; diffusion self-speculation
+adds its draft forward, block diffusion its reveal forwards), and `per_forward_vs_ngram` /
+`overhead_per_forward_vs_ngram` divide the ratios by the forwards' ratio: what each forward costs, for methods
+whose one engine step is several forwards.
 `--prompts periodic` takes prompts the checkpoints continue by repeating them (`PERIODIC`), where ngram drafts, and
 lands, its full width every step: there both forward the rows of their width and the steps compare like for like.
 
@@ -60,7 +64,7 @@ class StepTimer:
 
         runner_hooks.install()  # first: the timers wrap the plugin's hooks (which pass through for other drafters)
         self.seconds: Counter = Counter()
-        self.steps = self.rows = 0
+        self.steps = self.rows = self.forwards = 0
         self.skip = 0
         self.wrap(EngineCore, "step", "step", count=True)
         self.wrap(GPUModelRunner, "_model_forward", "forward", rows=True)
@@ -75,6 +79,7 @@ class StepTimer:
             if rows:
                 input_ids = kwargs.get("input_ids", args[1] if len(args) > 1 else None)
                 self.rows += 0 if input_ids is None else input_ids.numel()
+            self.forwards += part in ("forward", "extra_forward")
             start = time.perf_counter()
             try:
                 return inner(*args, **kwargs)
@@ -90,7 +95,7 @@ class StepTimer:
     def reset(self, skip: int = 0) -> None:
         """Start counting afresh after `skip` more engine steps."""
         self.seconds.clear()
-        self.steps = self.rows = 0
+        self.steps = self.rows = self.forwards = 0
         self.skip = skip
 
     def split(self) -> dict[str, float]:
@@ -141,6 +146,7 @@ def profile(model: str, name: str, spec: dict | None, batch_sizes: list[int], ma
         tokens = sum(len(o.outputs[0].token_ids) - 1 for o in outputs)  # the prefill's token left out with its step
         records.append({"method": name, "config": spec, "batch_size": batch_size, "steps": timer.steps,
                         "tokens_per_step": tokens / timer.steps, "rows_per_step": timer.rows / timer.steps,
+                        "forwards_per_step": timer.forwards / timer.steps,
                         **{f"{part}_ms": value for part, value in timer.split().items()}})
     return records
 
@@ -180,7 +186,8 @@ def profile_sglang(model: str, name: str, spec: dict | None, batch_sizes: list[i
             ms = {part: 1000 * totals[part] / steps for part in ("forward", "run", "schedule", "result")}
             records.append({"method": name, "config": spec, "batch_size": batch_size, "steps": totals["steps"],
                             "tokens_per_step": sum(o["meta_info"]["completion_tokens"] - 1 for o in outputs) / steps,
-                            "rows_per_step": totals["rows"] / steps, "forward_ms": ms["forward"],
+                            "rows_per_step": totals["rows"] / steps, "forwards_per_step": totals["forwards"] / steps,
+                            "forward_ms": ms["forward"],
                             "extra_forward_ms": 0.0, "hooks_ms": ms["run"] - ms["forward"],
                             "engine_ms": ms["schedule"] + ms["result"],
                             "step_ms": ms["run"] + ms["schedule"] + ms["result"]})
@@ -202,7 +209,8 @@ def settled(path: Path) -> Counter:
 def with_peer_ratio(records: list[dict]) -> list[dict]:
     """Each of our methods' step time, and its step less the model forwards, over its peer's on the same
     checkpoint (`peer`: vLLM's ngram at its width, or SGLang's plain decode), as `per_step_vs_<peer>` and
-    `overhead_vs_<peer>`."""
+    `overhead_vs_<peer>`; the same per model forward (`per_forward_vs_<peer>`, `overhead_per_forward_vs_<peer>`)
+    for methods that run several forwards in one engine step (draft and reveal windows)."""
     for record in records:
         record["overhead_ms"] = record["hooks_ms"] + record["engine_ms"]
     runs = {(r["checkpoint"], r["method"], r["batch_size"]): r for r in records}
@@ -212,6 +220,9 @@ def with_peer_ratio(records: list[dict]) -> list[dict]:
             kind = "ar" if peer["method"] == "ar" else "ngram"
             record[f"per_step_vs_{kind}"] = record["step_ms"] / peer["step_ms"]
             record[f"overhead_vs_{kind}"] = record["overhead_ms"] / peer["overhead_ms"]
+            forwards = record["forwards_per_step"] / peer["forwards_per_step"]
+            record[f"per_forward_vs_{kind}"] = record[f"per_step_vs_{kind}"] / forwards
+            record[f"overhead_per_forward_vs_{kind}"] = record[f"overhead_vs_{kind}"] / forwards
     return records
 
 
@@ -282,9 +293,12 @@ def main() -> None:
         kind = "ar" if r.get("peer") == "ar" else "ngram"
         ratio = r.get(f"per_step_vs_{kind}")
         print(f"{r['checkpoint']:>15} {r['method']:>26} b{r['batch_size']:<3} rows {r['rows_per_step']:6.1f}  "
+              f"forwards {r['forwards_per_step']:4.1f}  "
               f"step {r['step_ms']:7.2f} ms  "
               + "  ".join(f"{part} {r[f'{part}_ms']:6.2f}" for part in PARTS)
-              + (f"  vs {kind} {ratio:.2f}x (less forwards {r[f'overhead_vs_{kind}']:.2f}x)" if ratio else ""))
+              + (f"  vs {kind} {ratio:.2f}x (less forwards {r[f'overhead_vs_{kind}']:.2f}x; per forward "
+                 f"{r[f'per_forward_vs_{kind}']:.2f}x, less forwards {r[f'overhead_per_forward_vs_{kind}']:.2f}x)"
+                 if ratio else ""))
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from common.decoder import Decoder, Limits
 from common.logprob_rows import LogprobRows, logprob_rows
 from common.methods import make_decoder
 from common.row_stats import apply_rows
-from common.window import Forward, after_rows
+from common.window import Attention, Forward, after_rows
 from sglang_plugin.logprobs import MISSING, Asked, Entry, asked, entries
 from sglang_plugin.worker import PluginWorker, sampling_of
 
@@ -77,12 +77,18 @@ class CommitWorker(PluginWorker):
                                for n, state in zip(batch.seq_lens.tolist(), states, strict=True)])
         tokens = torch.zeros(len(states), width, dtype=torch.long)
         positions = starts[:, None] + torch.arange(width)
-        visible = torch.eye(width, dtype=torch.bool).repeat(len(states), 1, 1)
-        for row, window in enumerate(windows):
-            if window is not None:
-                n = window.num_tokens
-                tokens[row, :n], positions[row, :n], visible[row, :n, :n] = (
-                    window.token_ids, window.positions, window.visibility())
+        # Causal by default (padding rows, past a window's, see it: their outputs and KV are never read).
+        visible = torch.ones(width, width, dtype=torch.bool).tril().repeat(len(states), 1, 1)
+        if present := [(row, window) for row, window in enumerate(windows) if window is not None]:
+            rows = torch.tensor([row for row, _ in present])
+            valid = torch.arange(width) < torch.tensor([window.num_tokens for _, window in present])[:, None]
+            for values, field in ((tokens, "token_ids"), (positions, "positions")):
+                placed = values[rows]
+                placed[valid] = torch.cat([getattr(window, field) for _, window in present]).to(values.dtype)
+                values[rows] = placed
+        for row, window in present:
+            if window.attention is not Attention.CAUSAL:
+                visible[row, : window.num_tokens, : window.num_tokens] = window.visibility()
         locations, slots = self.scratch(batch, starts, width) if scratch else (None, None)
         if slots is None:
             self.check_reserved(batch, starts + width)

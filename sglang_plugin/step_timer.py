@@ -21,7 +21,8 @@ class StepTimes:
         self.step: Counter = Counter()  # the step under way
 
     def timed(self, part: str, rows: bool = False, ran: bool = False, last: bool = False) -> Any:
-        """An AROUND hook adding its call's seconds to `part`; `rows`: count its forward batch's rows; `ran`: only
+        """An AROUND hook adding its call's seconds to `part`; `rows`: count its forward batch's rows (and the
+        forward); `ran`: only
         calls that returned a batch to run (the scheduler asks in its idle loop too); `last`: the call ends a step,
         whose batch (its first argument) says whether it decoded."""
 
@@ -35,6 +36,7 @@ class StepTimes:
             if rows:
                 batch = kwargs.get("forward_batch", args[1] if len(args) > 1 else None)
                 self.step["rows"] += 0 if batch is None else batch.input_ids.numel()
+                self.step["forwards"] += 1
             if last:
                 batch = kwargs.get("batch", args[1] if len(args) > 1 else None)
                 if batch.forward_mode.is_decode():

@@ -21,6 +21,8 @@ def test_quick_bench(tmp_path):
                           "--methods", "jacobi"], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     records = {r["method"]: r for r in json.loads((tmp_path / "b.json").read_text())}
+    runs = json.loads((tmp_path / "p.json").read_text())
+    records = {r["method"]: r for r in runs if r["checkpoint"] == "jacobi_forcing"}
     assert set(records) == {"ar", "jacobi", "ngram-8"}
     jacobi = records["jacobi"]
     assert jacobi["checkpoint"] == "jacobi_forcing" and jacobi["tokens_per_forward"] > 1.0
@@ -30,14 +32,16 @@ def test_quick_bench(tmp_path):
 
 
 def test_profile_step_splits_each_step(tmp_path):
-    """`scripts.profile_step` times jacobi, its ngram peer and AR over their decode steps: the parts add up to the
-    step, and jacobi's step is compared with ngram's, which on the periodic prompts drafts its full width."""
+    """`scripts.profile_step` times jacobi and diffusion self-speculation, their ngram peers and AR over their decode
+    steps: the parts add up to the step, each method's step is compared with ngram's, which on the periodic prompts
+    drafts its full width, and per forward where a step runs two (the draft's and the verify's)."""
     out = subprocess.run([sys.executable, "-m", "scripts.profile_step", "--models", str(tmp_path / "m"),
-                          "--json", str(tmp_path / "p.json"), "--methods", "jacobi", "--batch-sizes", "2",
-                          "--max-tokens", "12", "--prompts", "periodic"],
+                          "--json", str(tmp_path / "p.json"), "--methods", "jacobi,diffusion_self",
+                          "--batch-sizes", "2", "--max-tokens", "12", "--prompts", "periodic"],
                          cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
-    records = {r["method"]: r for r in json.loads((tmp_path / "p.json").read_text())}
+    runs = json.loads((tmp_path / "p.json").read_text())
+    records = {r["method"]: r for r in runs if r["checkpoint"] == "jacobi_forcing"}
     assert set(records) == {"ar", "jacobi", "ngram-8"}
     for record in records.values():
         parts = sum(record[f"{part}_ms"] for part in ("forward", "extra_forward", "hooks", "engine"))
@@ -48,6 +52,14 @@ def test_profile_step_splits_each_step(tmp_path):
     assert abs(jacobi["overhead_vs_ngram"] - overhead["jacobi"] / overhead["ngram-8"]) < 1e-9
     assert records["ar"]["rows_per_step"] == 2 and records["ar"]["steps"] == 11  # 12 tokens less the prefill's
     assert records["ngram-8"]["rows_per_step"] == 2 * 9 and jacobi["rows_per_step"] > 2
+    assert all(r["forwards_per_step"] == 1 for r in records.values())
+    assert jacobi["per_forward_vs_ngram"] == jacobi["per_step_vs_ngram"]
+    nld = {r["method"]: r for r in runs if r["checkpoint"] == "nld"}
+    self_spec, peer = nld["diffusion_self"], nld["ngram-7"]
+    assert 1.5 < self_spec["forwards_per_step"] <= 2 and peer["forwards_per_step"] == 1  # no draft on the last step
+    assert self_spec["extra_forward_ms"] > 0
+    assert abs(self_spec["per_forward_vs_ngram"] * self_spec["forwards_per_step"]
+               - self_spec["step_ms"] / peer["step_ms"]) < 1e-9
 
 
 def test_digest_bench_times_both_paths(tmp_path):
@@ -59,5 +71,5 @@ def test_digest_bench_times_both_paths(tmp_path):
           "--json", str(tmp_path / "d.json")])
     report = json.loads((tmp_path / "d.json").read_text())
     assert {(r["method"], r["batch"]) for r in report["results"]} == {
-        (m, b) for m in ("wedlm", "diffusion", "diffusion_self_quadratic") for b in (1, 3)}
+        (m, b) for m in ("wedlm", "diffusion", "diffusion_self_quadratic", "jacobi") for b in (1, 3)}
     assert all(r["batched_ms"] > 0 and r["per_request_ms"] > 0 and r["rows_per_step"] > 0 for r in report["results"])

@@ -82,6 +82,7 @@ def test_profile_step_times_sglang_steps(tmp_path):
     assert jacobi["per_step_vs_ar"] == jacobi["step_ms"] / ar["step_ms"]
     assert jacobi["rows_per_step"] > ar["rows_per_step"] and jacobi["tokens_per_step"] > 1
     assert ar["steps"] == 11 and ar["rows_per_step"] == 2 and ar["tokens_per_step"] == 2  # 12 tokens less prefill's
+    assert jacobi["forwards_per_step"] == ar["forwards_per_step"] == 1  # one window per step
 
 
 def test_window_mask_equals_per_request_blocks():
