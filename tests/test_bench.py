@@ -21,8 +21,6 @@ def test_quick_bench(tmp_path):
                           "--methods", "jacobi"], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     records = {r["method"]: r for r in json.loads((tmp_path / "b.json").read_text())}
-    runs = json.loads((tmp_path / "p.json").read_text())
-    records = {r["method"]: r for r in runs if r["checkpoint"] == "jacobi_forcing"}
     assert set(records) == {"ar", "jacobi", "ngram-8"}
     jacobi = records["jacobi"]
     assert jacobi["checkpoint"] == "jacobi_forcing" and jacobi["tokens_per_forward"] > 1.0
