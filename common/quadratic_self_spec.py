@@ -10,11 +10,14 @@ m = k - 1 drafts per step, at one forward per step. The forward is m (k + 2) row
 the context (`Limits.context`, an engine's model length), the step drafts less, or forwards the chain alone.
 """
 
+import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 
 import torch
 
-from common.acceptance import accept_greedy, verify
+from common.acceptance import accept_greedy_batch, verify
 from common.decoder import Decoder, Limits
 from common.diffusion_self import draft_width, propose
 from common.draft_layout import DLM_TYPES, draft_rows
@@ -42,23 +45,42 @@ class QuadraticSelfSpecConfig:
                 self.dlm_type)
 
 
+@dataclass(frozen=True)
+class QuadraticLayout:
+    """A quadratic forward's shape for a chain of m tokens: each row's token (`source`: a chain index, or m for the
+    mask token), its position past the chain's first, the logit rows and which rows see which. Every step with m
+    chain tokens shares it, so it is laid once (read-only)."""
+
+    source: torch.Tensor
+    offsets: torch.Tensor
+    logit_rows: torch.Tensor
+    visible: torch.Tensor
+
+
+@functools.cache
+def quadratic_layout(m: int, block_size: int, dlm_type: str | None, grouped: bool) -> QuadraticLayout:
+    index = torch.arange(m)
+    if not grouped:
+        return QuadraticLayout(index, index, index, torch.ones(m, m, dtype=torch.bool).tril())
+    g = block_size + 1
+    group, slot = index.repeat_interleave(g), torch.arange(g).repeat(m)  # each group row's chain token and slot
+    owner = torch.cat([index, group])  # a chain row's own index, a group row's chain token
+    in_group = torch.arange(m + m * g) >= m
+    # Chain rows see the chain causally; group rows the chain strictly before their token, and their own group.
+    before = owner[None, :] < owner[:, None] + (~in_group)[:, None].long()
+    same_group = in_group[:, None] & in_group[None, :] & (owner[:, None] == owner[None, :])
+    rows = torch.cat([index, (m + index[:, None] * g + draft_rows(block_size, dlm_type)).flatten()])
+    return QuadraticLayout(torch.cat([index, torch.where(slot == 0, group, m)]), torch.cat([index, group + slot]),
+                           rows, (~in_group[None, :] & before) | same_group)
+
+
 def quadratic_forward(chain: list[int], start: int, config: QuadraticSelfSpecConfig, grouped: bool = True
                       ) -> Forward:
     """The chain at positions `start ..`, then (if `grouped`) one group per chain token; logit rows: the chain's,
     then each group's k slots."""
-    k, m = config.block_size, len(chain)
-    n = m + m * (k + 1) if grouped else m
-    visible = torch.zeros(n, n, dtype=torch.bool)
-    visible[:m, :m] = torch.ones(m, m, dtype=torch.bool).tril()
-    ids, positions, rows = list(chain), list(range(start, start + m)), list(range(m))
-    for a, token in enumerate(chain if grouped else []):
-        g = m + a * (k + 1)
-        visible[g : g + k + 1, :a] = True
-        visible[g : g + k + 1, g : g + k + 1] = True
-        ids += [token] + [config.mask_token_id] * k
-        positions += range(start + a, start + a + k + 1)
-        rows += (g + draft_rows(k, config.dlm_type)).tolist()
-    return Forward(torch.tensor(ids), torch.tensor(positions), torch.tensor(rows), Attention.CUSTOM, visible)
+    layout = quadratic_layout(len(chain), config.block_size, config.dlm_type, grouped)
+    ids = torch.tensor([*chain, config.mask_token_id])[layout.source]
+    return Forward(ids, layout.offsets + start, layout.logit_rows, Attention.CUSTOM, layout.visible)
 
 
 class QuadraticSelfSpecDecoder(Decoder):
@@ -86,22 +108,59 @@ class QuadraticSelfSpecDecoder(Decoder):
         return RowReading(self.config.mask_token_id, from_row=self.drafts.numel() + 1)
 
     def update(self, rows: RowStats) -> Outcome:
-        m, k = self.drafts.numel() + 1, self.config.block_size
-        if self.sampling.greedy:
-            self.note_margin(float(rows.margin[:m].min()))
-            committed = accept_greedy(self.drafts.tolist(), rows.token[:m])
-        else:
+        return self.update_batch([self], rows, [len(rows)])[0]
+
+    @classmethod
+    def update_batch(cls, decoders: Sequence["QuadraticSelfSpecDecoder"], rows: RowStats, sizes: Sequence[int]
+                     ) -> list[Outcome]:
+        """Each decoder verifies its chain and drafts from its last accepted token's group. The greedy decoders'
+        chains are matched in one pass over the batch, and their next drafts and decision margins gathered in one
+        more; sampling decoders verify and propose on their own rows."""
+        starts = list(accumulate(sizes, initial=0))
+        greedy = [i for i, decoder in enumerate(decoders) if decoder.sampling.greedy]
+        decided: dict[int, tuple[list[int], torch.Tensor]] = {}
+        if greedy:
+            first = torch.tensor([starts[i] for i in greedy])
+            chains = torch.tensor([decoders[i].drafts.numel() + 1 for i in greedy])
+            chain_rows = first[:, None] + torch.minimum(torch.arange(int(chains.max()))[None, :], chains[:, None] - 1)
+            accepted = accept_greedy_batch([decoders[i].drafts.tolist() for i in greedy], rows.token[chain_rows])
+            lengths = torch.tensor([len(tokens) for tokens in accepted])
+            widths = torch.tensor([decoders[i].next_width(sizes[i], len(tokens))
+                                   for i, tokens in zip(greedy, accepted, strict=True)])
+            # Slots 1 .. width of the last accepted token's group (past the bonus), padded with a chain row.
+            k = torch.tensor([decoders[i].config.block_size for i in greedy])
+            slots = torch.arange(1, int(widths.max()) + 1)[None, :]
+            group = first + chains + (lengths - 1) * k
+            slot_rows = torch.where(slots <= widths[:, None], group[:, None] + slots, chain_rows[:, -1:])
+            margin = torch.cat([rows.margin[chain_rows], rows.margin[slot_rows]], 1).amin(1).tolist()
+            drafts = rows.token[slot_rows]
+            for j, i in enumerate(greedy):
+                decoders[i].note_margin(margin[j])
+                decided[i] = accepted[j], drafts[j, : int(widths[j])]
+        return [decoder._verified(rows.part(starts[i], starts[i + 1]), *decided.get(i, (None, None)))
+                for i, decoder in enumerate(decoders)]
+
+    def next_width(self, num_rows: int, num_committed: int) -> int:
+        """Drafts the next step verifies, after this step's forward of `num_rows` rows committed `num_committed`
+        tokens: none from a chain forwarded alone."""
+        k = self.config.block_size
+        if num_rows == self.drafts.numel() + 1:
+            return 0
+        start = self.num_tokens + num_committed - 1
+        return max(min(draft_width(k - 1, self.remaining - num_committed), self.groups_fit(k, start) - 1), 0)
+
+    def _verified(self, rows: RowStats, committed: list[int] | None, drafts: torch.Tensor | None) -> Outcome:
+        """This decoder's step from its own `rows`, given what a greedy decision found (`committed`, the next
+        `drafts`), or (sampling) verifying its drafts and proposing the next ones itself."""
+        m = self.drafts.numel() + 1
+        if committed is None:
             committed = verify(self.drafts, rows.logits[:m], self.sampling, self.generator, self.draft_probs)
-        self.acceptance.record(self.drafts.numel(), len(committed) - 1)
-        self.drafts, self.draft_probs = torch.zeros(0, dtype=torch.long), None
-        if len(rows) == m:
-            return Outcome(committed, kv_keep=len(committed))
-        slots = m + (len(committed) - 1) * k + torch.arange(1, k)  # the last accepted token's group, after the bonus
-        start = self.num_tokens + len(committed) - 1
-        width = min(draft_width(k - 1, self.remaining - len(committed)), self.groups_fit(k, start) - 1)
-        if width > 0 and self.sampling.greedy:
-            self.drafts = self.pick_rows(rows, slots[:width])
-        elif width > 0:
-            self.drafts, self.draft_probs = propose(rows.logits[slots[:width]], self.config.mask_token_id,
-                                                    self.sampling, self.generator)
+            width = self.next_width(len(rows), len(committed))
+            slots = m + (len(committed) - 1) * self.config.block_size + torch.arange(1, width + 1)
+            drafts, probs = (propose(rows.logits[slots], self.config.mask_token_id, self.sampling, self.generator)
+                             if width else (torch.zeros(0, dtype=torch.long), None))
+        else:
+            probs = None
+        self.acceptance.record(m - 1, len(committed) - 1)
+        self.drafts, self.draft_probs = drafts, probs
         return Outcome(committed, kv_keep=len(committed))

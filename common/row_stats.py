@@ -98,13 +98,14 @@ def padded(values: torch.Tensor, sizes: Sequence[int], fill: float | int) -> tup
     return out, valid
 
 
-def member_rows(starts: Sequence[int], sizes: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+def member_rows(starts: Sequence[int] | torch.Tensor, sizes: Sequence[int] | torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor]:
     """The rows `starts[i]` to `starts[i] + sizes[i]` of each member, concatenated, and each row's offset within its
     member's run: a batch's row index built in a few tensor ops rather than one per request."""
-    lengths = torch.tensor(list(sizes))
+    lengths = torch.as_tensor(sizes, dtype=torch.long)
     firsts = lengths.cumsum(0) - lengths
     offsets = torch.arange(int(lengths.sum())) - firsts.repeat_interleave(lengths)
-    return torch.tensor(list(starts)).repeat_interleave(lengths) + offsets, offsets
+    return torch.as_tensor(starts, dtype=torch.long).repeat_interleave(lengths) + offsets, offsets
 
 
 def apply_rows(decoders: Sequence["Decoder"], logits: torch.Tensor, sizes: Sequence[int]) -> list["Outcome"]:

@@ -22,6 +22,8 @@ adds its draft forward, block diffusion its reveal forwards), and `per_forward_v
 whose one engine step is several forwards.
 `--prompts periodic` takes prompts the checkpoints continue by repeating them (`PERIODIC`), where ngram drafts, and
 lands, its full width every step: there both forward the rows of their width and the steps compare like for like.
+Quadratic self-speculation forwards a group of k + 1 rows beside each of its k chain tokens, so it is also set beside
+ngram at its whole forward's width (`rows_peer`, k (k + 2) - 1 drafts): `per_step_vs_ngram_rows`.
 
 SGLang (`--engine sglang`, in its environment; no ngram there) is timed inside its scheduler process
 (`sglang_plugin.step_timer`), per decode step (prefill steps and their tokens left out): `forward` every model
@@ -206,6 +208,15 @@ def settled(path: Path) -> Counter:
     return Counter(totals)
 
 
+def rows_width(spec: dict) -> int | None:
+    """Drafts that make an ngram step forward as many rows per request as the method's widest step, where that is
+    more than its drafts and bonus: quadratic self-speculation's chain of k and a group of k + 1 beside each."""
+    if spec.get("mode") != "quadratic":
+        return None
+    k = spec["num_speculative_tokens"] + 1
+    return k * (k + 2) - 1
+
+
 def with_peer_ratio(records: list[dict]) -> list[dict]:
     """Each of our methods' step time, and its step less the model forwards, over its peer's on the same
     checkpoint (`peer`: vLLM's ngram at its width, or SGLang's plain decode), as `per_step_vs_<peer>` and
@@ -223,6 +234,9 @@ def with_peer_ratio(records: list[dict]) -> list[dict]:
             forwards = record["forwards_per_step"] / peer["forwards_per_step"]
             record[f"per_forward_vs_{kind}"] = record[f"per_step_vs_{kind}"] / forwards
             record[f"overhead_per_forward_vs_{kind}"] = record[f"overhead_vs_{kind}"] / forwards
+        rows_peer = runs.get((record["checkpoint"], record.get("rows_peer"), record["batch_size"]))
+        if rows_peer is not None:
+            record["per_step_vs_ngram_rows"] = record["step_ms"] / rows_peer["step_ms"]
     return records
 
 
@@ -268,22 +282,25 @@ def main() -> None:
     chosen = [(name, checkpoint, spec) for name, checkpoint, spec in METHODS
               if ONE_ENGINE.get(name, args.engine) == args.engine
               and (args.methods is None or name in args.methods.split(","))]
-    runs: list[tuple[str, str, dict | None, str | None]] = []
+    runs: list[tuple[str, str, dict | None, dict]] = []
     for name, checkpoint, spec in chosen:
-        peers: list[tuple[str, dict | None]] = [("ar", None)]
+        peers: dict[str, tuple[str, dict | None]] = {"peer": ("ar", None)}
         if args.engine == "vllm":
             peer = ngram(spec)
-            peers.insert(0, (f"ngram-{peer['num_speculative_tokens']}", peer))
-        runs.append((name, checkpoint, spec, peers[0][0]))
-        runs += [(peer_name, checkpoint, peer, None) for peer_name, peer in peers
+            peers["peer"] = (f"ngram-{peer['num_speculative_tokens']}", peer)
+            if (drafts := rows_width(spec)) is not None:
+                peers["rows_peer"] = (f"ngram-{drafts}", {**peer, "num_speculative_tokens": drafts})
+        runs.append((name, checkpoint, spec, {role: peer_name for role, (peer_name, _) in peers.items()}))
+        runs += [(peer_name, checkpoint, peer, {}) for peer_name, peer in [*peers.values(), ("ar", None)]
                  if not any(r[0] == peer_name and r[1] == checkpoint for r in runs)]
     measure = profile if args.engine == "vllm" else profile_sglang
     records = []
-    for name, checkpoint, spec, peer in tqdm(runs, desc="profile"):
+    for name, checkpoint, spec, roles in tqdm(runs, desc="profile"):
         with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
             measured = pool.submit(measure, str(Path(args.models) / checkpoint), name, spec, batch_sizes,
                                    args.max_tokens, PROMPTS if args.prompts == "demo" else PERIODIC).result()
-        records += [{"engine": args.engine, "checkpoint": checkpoint, "peer": peer, **record} for record in measured]
+        records += [{"engine": args.engine, "checkpoint": checkpoint, "peer": roles.get("peer"), **roles, **record}
+                    for record in measured]
     records = with_peer_ratio(records)
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(records, indent=1))
@@ -298,7 +315,8 @@ def main() -> None:
               + "  ".join(f"{part} {r[f'{part}_ms']:6.2f}" for part in PARTS)
               + (f"  vs {kind} {ratio:.2f}x (less forwards {r[f'overhead_vs_{kind}']:.2f}x; per forward "
                  f"{r[f'per_forward_vs_{kind}']:.2f}x, less forwards {r[f'overhead_per_forward_vs_{kind}']:.2f}x)"
-                 if ratio else ""))
+                 if ratio else "")
+              + (f"  vs {r['rows_peer']} {r['per_step_vs_ngram_rows']:.2f}x" if "per_step_vs_ngram_rows" in r else ""))
 
 
 if __name__ == "__main__":

@@ -6,13 +6,30 @@ import subprocess
 import sys
 from pathlib import Path
 
-from scripts.bench import histogram
+from common.quadratic_self_spec import QuadraticSelfSpecConfig, quadratic_forward
+from scripts.bench import METHODS, histogram
+from scripts.profile_step import rows_width, with_peer_ratio
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_histogram_from_per_position_counts():
     assert histogram(10, [6, 3, 1]) == [4, 3, 2, 1]  # steps accepting 0, 1, 2, 3 drafts
+
+
+def test_quadratic_is_profiled_beside_ngram_at_its_forward_width():
+    """Quadratic self-speculation's widest forward (a chain of k, a group of k + 1 per chain token) is the rows
+    ngram forwards at `rows_width` drafts; its step is set beside that ngram's too."""
+    spec = next(spec for name, _, spec in METHODS if name == "diffusion_self_quadratic")
+    k = spec["num_speculative_tokens"] + 1
+    widest = quadratic_forward(list(range(k)), 0, QuadraticSelfSpecConfig(block_size=k, mask_token_id=0))
+    assert rows_width(spec) + 1 == widest.num_tokens and rows_width({"method": "diffusion_self"}) is None
+    runs = [{"checkpoint": "nld", "method": name, "batch_size": 8, "step_ms": step, "hooks_ms": 1.0, "engine_ms": 1.0,
+             "forwards_per_step": 1.0, **roles}
+            for name, step, roles in [("quadratic", 6.0, {"peer": "ngram-3", "rows_peer": "ngram-23"}),
+                                      ("ngram-3", 2.0, {}), ("ngram-23", 4.0, {})]]
+    quadratic = with_peer_ratio(runs)[0]
+    assert quadratic["per_step_vs_ngram"] == 3.0 and quadratic["per_step_vs_ngram_rows"] == 1.5
 
 
 def test_quick_bench(tmp_path):

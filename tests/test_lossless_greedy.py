@@ -7,6 +7,7 @@ from common.checkpoint import load
 from common.decoder import Limits
 from common.jacobi import JacobiConfig
 from common.methods import make_decoder, parse_config
+from common.quadratic_self_spec import QuadraticSelfSpecConfig, quadratic_forward
 from common.runner import ReferenceRunner
 from common.sampling import SamplingParams
 from tests import ties
@@ -152,3 +153,28 @@ def test_quadratic_forwards_stay_inside_the_context(references):
         margins.append(ar_margins)
     ties.compare(got, want, margins)
     assert max(ends) <= 0 < -min(ends)
+
+
+@pytest.mark.parametrize("dlm_type", ["llada", "dream"])
+def test_quadratic_layout_matches_its_definition(dlm_type):
+    """The quadratic forward (laid once per chain length, in tensor ops): the chain causal at its positions, then
+    per chain token `a` a group `[a, mask x k]` from a's position that sees the chain before `a` and its own group,
+    read on the slots `common.draft_layout` names."""
+    k, mask, chain, start = 3, 99, [7, 8, 9], 20
+    config = QuadraticSelfSpecConfig(block_size=k, mask_token_id=mask, dlm_type=dlm_type)
+    forward = quadratic_forward(chain, start, config)
+    m, g = len(chain), k + 1
+    ids, positions, rows = list(chain), list(range(start, start + m)), list(range(m))
+    owner = list(range(m))
+    for a, token in enumerate(chain):
+        ids += [token] + [mask] * k
+        positions += range(start + a, start + a + g)
+        rows += [m + a * g + j + (dlm_type != "dream") for j in range(k)]
+        owner += [a] * g
+    visible = [[(j < m and (j <= i if i < m else j < owner[i])) or (m <= i and m <= j and owner[i] == owner[j])
+                for j in range(len(ids))] for i in range(len(ids))]
+    assert forward.token_ids.tolist() == ids and forward.positions.tolist() == positions
+    assert forward.logit_rows.tolist() == rows and forward.visibility().tolist() == visible
+    alone = quadratic_forward(chain, start, config, grouped=False)
+    assert alone.token_ids.tolist() == chain and alone.visibility().tolist() == [[j <= i for j in range(m)]
+                                                                                  for i in range(m)]

@@ -4,7 +4,7 @@ decisions taken once per step for the whole batch."""
 import pytest
 import torch
 
-from common import diffusion, jacobi, row_stats, wedlm
+from common import diffusion, jacobi, quadratic_self_spec, row_stats, wedlm
 from common.decoder import Limits
 from common.diffusion import DiffusionConfig, DiffusionDecoder
 from common.jacobi import JacobiConfig, JacobiDecoder
@@ -61,21 +61,21 @@ def test_batched_digest_equals_per_request(method: str, monkeypatch: pytest.Monk
     steps, decided = run(method, seeds, batched=True)
     assert (steps, decided) == run(method, seeds, batched=False)
     assert sum(len(tokens) for step in steps for tokens in step) > len(steps)  # steps that commit several
-    if method != "quadratic":  # the decision runs once per step over the batch's greedy requests
-        module = {"wedlm": wedlm, "diffusion": diffusion, "jacobi": jacobi}[method]
-        rule = {"wedlm": "select_masks", "diffusion": "reveal", "jacobi": "accept_greedy_batch"}[method]
-        batches, decide = [], getattr(module, rule)
+    # The decision runs once per step over the batch's greedy requests.
+    module = {"wedlm": wedlm, "diffusion": diffusion, "jacobi": jacobi, "quadratic": quadratic_self_spec}[method]
+    rule = {"wedlm": "select_masks", "diffusion": "reveal"}.get(method, "accept_greedy_batch")
+    batches, decide = [], getattr(module, rule)
 
-        def counted(*args: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            batches.append(len(args[0]))
-            return decide(*args)
+    def counted(*args: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        batches.append(len(args[0]))
+        return decide(*args)
 
-        monkeypatch.setattr(module, rule, counted)
-        run(method, seeds, batched=True)
-        if method == "jacobi":  # the greedy match takes every option (drafts, branches) of every greedy request
-            assert max(batches) >= sum(seed is None for seed in seeds) > 1 + 2  # a sampled request's options
-        else:
-            assert max(batches) == sum(seed is None for seed in seeds)
+    monkeypatch.setattr(module, rule, counted)
+    run(method, seeds, batched=True)
+    if method == "jacobi":  # the greedy match takes every option (drafts, branches) of every greedy request
+        assert max(batches) >= sum(seed is None for seed in seeds) > 1 + 2  # a sampled request's options
+    else:
+        assert max(batches) == sum(seed is None for seed in seeds)
 
 
 def test_row_stats_match_their_definitions() -> None:

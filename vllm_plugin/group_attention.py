@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from common.row_stats import member_rows
 from vllm_plugin.paged_forward import paged_metadata, window_slots
 
 
@@ -54,23 +55,24 @@ _step: list[GroupedStep | None] = [None]
 
 
 def plan_step(runner: Any, windows: list[GroupedWindow]) -> GroupedStep:
-    """The passes a step's grouped windows need, last group first."""
-    device = runner.device
+    """The passes a step's grouped windows need, last group first (one group size, the step's `k + 1`)."""
+    device, size = runner.device, windows[0].group
+    rows = torch.tensor([w.row for w in windows])
+    cache_lens = torch.tensor([w.cache_len for w in windows], dtype=torch.int32)
+    chains = torch.tensor([w.chain for w in windows], dtype=torch.int32)
+    groups_start = torch.tensor([w.start + w.chain for w in windows])  # each window's first group row
+    positions = torch.nn.utils.rnn.pad_sequence([w.positions.view(-1, size) for w in windows], batch_first=True)
     passes = []
-    for a in reversed(range(max(w.chain for w in windows))):
-        here = [w for w in windows if w.chain > a]
-        lengths = torch.full((len(here),), here[0].group, dtype=torch.int32)
-        positions = torch.cat([w.positions[a * w.group : (a + 1) * w.group] for w in here])
-        metadata, slots = paged_metadata(runner, torch.tensor([w.row for w in here]),
-                                         torch.tensor([w.cache_len + a for w in here], dtype=torch.int32), lengths,
-                                         positions, causal=False)
-        tokens = torch.cat([torch.arange(w.group) + w.start + w.chain + a * w.group for w in here])
+    for a in reversed(range(int(chains.max()))):
+        here = (chains > a).nonzero()[:, 0]
+        lengths = torch.full((len(here),), size, dtype=torch.int32)
+        metadata, slots = paged_metadata(runner, rows[here], cache_lens[here] + a, lengths,
+                                         positions[here, a].flatten(), causal=False)
+        tokens = (groups_start[here, None] + a * size + torch.arange(size)).flatten()
         passes.append(GroupPass(tokens.to(device), slots, metadata))
-    chain_slots = window_slots(runner, torch.tensor([w.row for w in windows]),
-                               torch.tensor([w.cache_len for w in windows], dtype=torch.int32),
-                               torch.tensor([w.chain for w in windows], dtype=torch.int32))
-    chain_tokens = torch.cat([torch.arange(w.chain) + w.start for w in windows])
-    return GroupedStep(passes, chain_tokens.to(device), chain_slots)
+    starts = torch.tensor([w.start for w in windows])
+    chain_slots = window_slots(runner, rows, cache_lens, chains)
+    return GroupedStep(passes, member_rows(starts, chains)[0].to(device), chain_slots)
 
 
 @contextmanager

@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from common.row_stats import member_rows
 from common.window import Attention, Forward
 
 
@@ -35,7 +36,7 @@ def window_slots(runner: Any, rows: torch.Tensor, cache_lens: torch.Tensor, leng
         raise ValueError("parallel-decoding drafts support models with one KV cache group")
     device = runner.device
     token_rows = rows.repeat_interleave(lengths.long())
-    physical = torch.cat([torch.arange(int(c), int(c) + int(n)) for c, n in zip(cache_lens, lengths, strict=True)])
+    physical, _ = member_rows(cache_lens, lengths)
     table = runner.input_batch.block_table[0]
     owned = torch.from_numpy(table.num_blocks_per_row[rows.numpy()]).long()
     if bool(((cache_lens + lengths).long() > owned * table.block_size).any()):
