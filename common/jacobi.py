@@ -84,6 +84,7 @@ class JacobiDecoder(Decoder):
         self.blocks: list[PseudoBlock] = []
         self.pool: deque[list[int]] = deque(maxlen=config.pool_size)
         self._branches: list[list[int]] = []
+        self._main: list[int] = []  # the planned forward's main drafts (`main_drafts` when it was planned)
 
     @property
     def next_position(self) -> int:
@@ -172,7 +173,8 @@ class JacobiDecoder(Decoder):
 
     def plan(self) -> Forward:
         pending = self.tokens[self.cache_len :]
-        main = pending + self.main_drafts()
+        self._main = self.main_drafts()
+        main = pending + self._main
         self._branches = self.candidates() if self.config.recycling == "branches" else []
         ids = main + [t for cand in self._branches for t in cand]
         positions = list(range(self.cache_len, self.cache_len + len(main)))
@@ -204,10 +206,12 @@ class JacobiDecoder(Decoder):
         a tie); sampling decoders then accept its drafts by the point-mass rule. Each decoder's blocks then take its
         window's predictions (`advance`)."""
         starts = list(accumulate(sizes, initial=0))
-        owners, drafts, option_rows, mains = [], [], [], []  # per option: decoder, drafts, rows; per decoder: rows
+        owners, drafts, option_rows = [], [], []  # per option: decoder, drafts, rows
+        firsts, mains = [], []  # per decoder: its first option, its main window's rows
         for i, decoder in enumerate(decoders):
-            main = decoder.main_drafts()
+            main = decoder._main
             mains.append(len(main) + 1)
+            firsts.append(len(drafts))
             owners.append(i)
             drafts.append(main[: decoder.ra_end - decoder.next_position])
             option_rows.append(list(range(len(drafts[-1]) + 1)))
@@ -222,8 +226,7 @@ class JacobiDecoder(Decoder):
                               for i, rs in zip(owners, option_rows, strict=True)])
         greedy = accept_greedy_batch(drafts, rows.token[index])
         outcomes = []
-        for i, decoder in enumerate(decoders):
-            first = owners.index(i)
+        for i, (decoder, first) in enumerate(zip(decoders, firsts, strict=True)):
             best = max(range(first, first + len(decoder._branches) + 1), key=lambda k: (len(greedy[k]), -k))
             outcomes.append(decoder._verified(rows.part(starts[i], starts[i + 1]), drafts[best], option_rows[best],
                                               greedy[best], mains[i], best == first))
