@@ -59,6 +59,7 @@ class QuadraticLayout:
 
 @functools.cache
 def quadratic_layout(m: int, block_size: int, dlm_type: str | None, grouped: bool) -> QuadraticLayout:
+    """The layout of a chain of m tokens, with a group per chain token or (not `grouped`) the chain alone."""
     index = torch.arange(m)
     if not grouped:
         return QuadraticLayout(index, index, index, torch.ones(m, m, dtype=torch.bool).tril())
