@@ -30,7 +30,7 @@ class Limits:
         require(self.max_tokens >= 1, "max_tokens", "a positive integer", self.max_tokens)
 
 
-class Decoder(ABC):
+class Decoder(margins.DecisionMargins, ABC):
     """One request. The first forward is the prompt's causal prefill; each later one is the method's.
 
     Invariant: the KV of `tokens[:cache_len]` is valid in the cache; after `apply` the caller crops the
@@ -149,18 +149,6 @@ class Decoder(ABC):
         if first:
             self.prefill_tokens = len(outcome.committed)
         return outcome
-
-    def note_margin(self, margin: float) -> None:
-        """Record a decision's slack (`common.margins`): `margins[i]` is the smallest slack of the decisions taken
-        while `i` tokens were generated; float rounding that flips one of them can change tokens from `i` on."""
-        position = len(self.output)
-        self.margins += [float("inf")] * (position + 1 - len(self.margins))
-        self.margins[position] = min(self.margins[position], margin)
-
-    @property
-    def decision_margins(self) -> list[float]:
-        """Per generated token, the smallest slack of the decisions taken while it was next (inf: none)."""
-        return (self.margins + [float("inf")] * len(self.output))[: len(self.output)]
 
     def pick(self, logits: torch.Tensor) -> torch.Tensor:
         """`choose` with the request's sampling, noting the slack of a greedy choice."""

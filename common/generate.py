@@ -86,7 +86,7 @@ def huginn_records(args: argparse.Namespace, config: Any, sampling: SamplingPara
         records.append({"prompt": prompt, "token_ids": result.token_ids, "text": tokenizer.decode(result.token_ids),
                         "forwards": result.forwards, "core_passes": result.core_passes,
                         "tokens_per_forward": len(result.token_ids) / max(result.forwards, 1), "p_cache": None,
-                        "seconds": time.perf_counter() - start, "margins": []})
+                        "seconds": time.perf_counter() - start, "margins": result.margins})
     return records
 
 

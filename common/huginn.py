@@ -20,13 +20,16 @@ the prelude embeds the rows, the core runs `inner` recurrences on their latents,
   as the paper's text does.)
 
 Initial latents are drawn per position from the request's seed, so a position starts from the same latent in
-every sampler and every batch. The settings carry upstream `generate()`'s keyword names.
+every sampler and every batch; a greedy request without a seed uses `GREEDY_LATENT_SEED`, so that temperature 0
+gives the same text on every call (upstream draws fresh latents each time). The settings carry upstream
+`generate()`'s keyword names.
 """
 
 from dataclasses import dataclass, field, fields
 
 import torch
 
+from common import margins
 from common.acceptance import verify
 from common.decoder import Limits
 from common.errors import ConfigError, require
@@ -43,6 +46,7 @@ SAMPLER_FIELDS = {
 }
 COMMON_FIELDS = {"sampler", "num_steps", "init_scale"}
 LATENT_SEED_STRIDE = 1_000_003
+GREEDY_LATENT_SEED = 0  # the latent (and state-noise) seed of a greedy request without one: temperature 0 reproduces
 
 
 @dataclass(frozen=True)
@@ -229,8 +233,9 @@ class Row:
 
 
 @dataclass
-class HuginnDecoder:
-    """One request: plan the next forward, then take its output (committing tokens and keeping KV rows)."""
+class HuginnDecoder(margins.DecisionMargins):
+    """One request: plan the next forward, then take its output (committing tokens and keeping KV rows). Greedy
+    decisions note their slack (`common.margins`): each argmax's, and each exit test's distance from its threshold."""
 
     prompt: list[int]
     sampling: SamplingParams
@@ -245,11 +250,12 @@ class HuginnDecoder:
     drafts: list[int] = field(default_factory=list)
     draft_probs: list[torch.Tensor] = field(default_factory=list)
     picked: list[int] = field(default_factory=list)  # the last forward's logit rows its last commits were chosen from
+    margins: list[float] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.generator = self.sampling.generator()
-        self.latent_seed = self.sampling.seed if self.sampling.seed is not None else int(
-            torch.randint(2**31, (1,), generator=self.generator))
+        seed = GREEDY_LATENT_SEED if self.sampling.seed is None and self.sampling.greedy else self.sampling.seed
+        self.generator = self.sampling.generator() if seed is None else torch.Generator().manual_seed(seed)
+        self.latent_seed = seed if seed is not None else int(torch.randint(2**31, (1,), generator=self.generator))
 
     @property
     def tokens(self) -> list[int]:
@@ -346,12 +352,22 @@ class HuginnDecoder:
         return self.chosen_from(self.commit(self.choose(logits[-1:])), len(logits) - 1)
 
     def choose(self, logits: torch.Tensor) -> list[int]:
+        """A token from each row, noting the slack of greedy choices."""
+        if self.sampling.greedy:
+            self.note_margin(margins.top2(logits))
         return choose(logits, self.sampling, self.generator).tolist()
+
+    def note_exits(self, changes: list[float], tests: list[bool], threshold: float) -> None:
+        """Note the slack of the exit tests `change < threshold` that decided (`tests`) under greedy decoding."""
+        if self.sampling.greedy and any(tests):
+            slack = margins.threshold_rows(torch.tensor([changes]), torch.tensor([tests]), torch.tensor([threshold]))
+            self.note_margin(float(slack[0]))
 
     def apply_adaptive(self, out: RecurrentOutput) -> list[int]:
         row = self.rows[0]
         change = relative_change(out.latents[0], row.latent)
         row.latent, row.recurrences = out.latents[0], row.recurrences + 1
+        self.note_exits([change], [row.recurrences < self.config.num_steps], self.config.exit_threshold)
         if change >= self.config.exit_threshold and row.recurrences < self.config.num_steps:
             return []
         self.rows = []
@@ -364,7 +380,7 @@ class HuginnDecoder:
         if len(self.drafts) < room:
             logits = out.logits[-1:]
             if self.sampling.greedy:
-                self.drafts.append(int(logits.argmax()))
+                self.drafts.append(self.choose(logits)[0])
             else:
                 probs = target_probs(logits, self.sampling)
                 self.drafts.append(int(torch.multinomial(probs, 1, generator=self.generator)))
@@ -373,6 +389,8 @@ class HuginnDecoder:
         drafts = torch.tensor(self.drafts, dtype=torch.long)
         probs = torch.stack(self.draft_probs) if self.draft_probs else None
         committed = verify(drafts, out.logits, self.sampling, self.generator, probs)
+        if self.sampling.greedy:
+            self.note_margin(margins.top2(out.logits[: len(committed)]))
         self.drafts, self.draft_probs = [], []
         self.cache_len += len(committed)
         return self.commit(committed)
@@ -380,13 +398,17 @@ class HuginnDecoder:
     def apply_wavefront(self, forward: RecurrentForward, out: RecurrentOutput) -> list[int]:
         config = self.config
         predicted = self.choose(out.logits)
-        exits = []
+        exits, changes, tests = [], [], []
         for i, row in enumerate(self.rows):
             change = relative_change(out.latents[i], row.latent)
             row.latent, row.embed = out.latents[i], out.embeds[i]
             row.recurrences += forward.inner
             converged = config.freeze_strategy == "latent-diff" and change < config.exit_t
             exits.append(converged or row.recurrences >= config.num_steps)
+            changes.append(change)
+            tests.append(config.freeze_strategy == "latent-diff" and row.recurrences < config.num_steps)
+        deciding = next((i + 1 for i, e in enumerate(exits) if not e), len(exits))  # past the first that stays: moot
+        self.note_exits(changes[:deciding], tests[:deciding], config.exit_t)
         for i in range(1, len(self.rows)):
             self.rows[i].token = predicted[i - 1]
         last_input = len(self.prompt) + self.limits.max_tokens - 2  # the last position whose prediction is kept
@@ -420,12 +442,14 @@ def relative_change(new: torch.Tensor, old: torch.Tensor) -> float:
 @dataclass
 class HuginnResult:
     """A request's tokens, each one's log-probability under the distribution the sampler chose it from (the
-    coda's readout of its position's last latent), and the forwards and core passes it took."""
+    coda's readout of its position's last latent), the forwards and core passes it took, and per token the slack
+    of the greedy decisions taken while it was next (`HuginnDecoder.decision_margins`)."""
 
     token_ids: list[int]
     logprobs: list[float]
     forwards: int
     core_passes: int
+    margins: list[float]
 
     @property
     def core_passes_per_token(self) -> float:
@@ -445,4 +469,4 @@ def generate(model: RavenForCausalLM, prompt: list[int], config: HuginnConfig,
             committed = decoder.apply(forward, out)
             rows = out.logits[decoder.picked].float().log_softmax(-1)
             logprobs += rows.gather(-1, torch.tensor(committed, dtype=torch.long)[:, None])[:, 0].tolist()
-    return HuginnResult(decoder.output, logprobs, decoder.forwards, decoder.core_passes)
+    return HuginnResult(decoder.output, logprobs, decoder.forwards, decoder.core_passes, decoder.decision_margins)

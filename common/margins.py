@@ -41,3 +41,23 @@ def gap_rows(values: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
         return torch.full(values.shape[:1], float("inf"))
     low = values.float().masked_fill(~valid, float("inf")).topk(2, dim=-1, largest=False).values
     return ((low[:, 1] - low[:, 0]) / low[:, 0].abs().clamp_min(1.0)).nan_to_num(nan=float("inf"))
+
+
+class DecisionMargins:
+    """Mixed into a decoder with `output` (its generated tokens) and `margins` lists: per generated position, the
+    smallest slack of the decisions taken while it was next."""
+
+    output: list[int]
+    margins: list[float]
+
+    def note_margin(self, margin: float) -> None:
+        """Record a decision's slack: `margins[i]` is the smallest slack of the decisions taken while `i` tokens
+        were generated; float rounding that flips one of them can change tokens from `i` on."""
+        position = len(self.output)
+        self.margins += [float("inf")] * (position + 1 - len(self.margins))
+        self.margins[position] = min(self.margins[position], margin)
+
+    @property
+    def decision_margins(self) -> list[float]:
+        """Per generated token, the smallest slack of the decisions taken while it was next (inf: none)."""
+        return (self.margins + [float("inf")] * len(self.output))[: len(self.output)]

@@ -5,6 +5,7 @@ teacher-forced forward, the published config's shapes, and settings of another s
 
 import itertools
 import random
+from dataclasses import replace
 
 import pytest
 import torch
@@ -74,6 +75,34 @@ def test_wavefront_advances_many_positions_at_once(raven, prompts):
     result = generate(raven, prompts[0], wave, SamplingParams(seed=5), Limits(MAX_TOKENS))
     assert len(result.token_ids) == MAX_TOKENS
     assert result.core_passes_per_token < R / 2
+
+
+def test_greedy_without_a_seed_reproduces(raven, prompts):
+    """Temperature 0 without a seed draws its latents from seed 0, so every call gives the same text."""
+    wave = HuginnConfig(sampler="wavefront", num_steps=R, inner_recurrence=2)
+    unseeded = HuginnDecoder(prompts[0], SamplingParams(), Limits(MAX_TOKENS), wave, raven)
+    seeded = HuginnDecoder(prompts[0], SamplingParams(seed=0), Limits(MAX_TOKENS), wave, raven)
+    assert torch.equal(unseeded.latents(0, 4), seeded.latents(0, 4))
+    assert outputs(raven, prompts, wave, SamplingParams()) == outputs(raven, prompts, wave, SamplingParams(seed=0))
+
+
+def test_wavefront_notes_its_decisions_slack(raven, prompts, monkeypatch):
+    """Per token, the slack of the argmaxes and exit tests taken while it was next: an exit threshold set to a
+    latent change the wavefront measured is a tie (slack 0) at that token, which a tie-aware comparison cuts at."""
+    import common.huginn as huginn
+
+    wave = HuginnConfig(sampler="wavefront", num_steps=R, inner_recurrence=2)
+    result = generate(raven, prompts[0], wave, SamplingParams(seed=5), Limits(MAX_TOKENS))
+    assert len(result.margins) == MAX_TOKENS and all(0 < m < float("inf") for m in result.margins)
+    changes = []
+    measure = huginn.relative_change
+    monkeypatch.setattr(huginn, "relative_change", lambda new, old: changes.append(measure(new, old)) or changes[-1])
+    generate(raven, prompts[0], wave, SamplingParams(seed=5), Limits(MAX_TOKENS))
+    monkeypatch.undo()
+    first_wave_step = changes[0]  # the first in-flight position's, after the prefill committed one token
+    tied = generate(raven, prompts[0], replace(wave, exit_t=first_wave_step), SamplingParams(seed=5),
+                    Limits(MAX_TOKENS))
+    assert tied.margins[1] == 0 and min(tied.margins[2:] + [1.0]) > 0, tied.margins
 
 
 def test_speculative_greedy_equals_ar(raven, prompts):

@@ -58,8 +58,7 @@ def cases(engine_dir, prompts, spec):
         ]
         outs = llm.generate([p for p, _ in requests], params)
     settings = {k: v for k, v in spec.items() if k != "method"}
-    tied = [None] * len(prompts) if spec["method"] == "huginn" else ties.reference_ties(
-        engine_dir["qwen3"], spec["method"], settings, prompts, MAX_TOKENS)
+    tied = ties.reference_ties(model_dir(engine_dir, spec), spec["method"], settings, prompts, MAX_TOKENS)
     return [
         (prompt, extra, out.outputs[0].text, len(out.outputs[0].token_ids), tied[i // 3] is not None)
         for i, ((prompt, extra), out) in enumerate(zip(requests, outs, strict=True))

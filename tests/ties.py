@@ -96,12 +96,28 @@ def reference_ties(model_dir, method: str, settings: dict, prompts: list[str], m
     from common.runner import ReferenceRunner
     from common.sampling import SamplingParams
 
+    if method == "huginn":
+        return huginn_ties(model_dir, settings, prompts, max_tokens)
     model, tokenizer = load(model_dir)
     method = "ar" if method in LOSSLESS else method
     config = parse_config(method, {} if method == "ar" else settings, mask_token_id=model.config.mask_token_id)
     runner = ReferenceRunner(model)
     return [tie_position(runner.run(make_decoder(method, config, tokenizer.encode(p), SamplingParams(),
                                                  Limits(max_tokens))).margins) for p in prompts]
+
+
+def huginn_ties(model_dir, settings: dict, prompts: list[str], max_tokens: int) -> list[int | None]:
+    """`reference_ties` of a Huginn sampler on a Raven checkpoint: its argmaxes' and exit tests' slacks."""
+    from transformers import AutoTokenizer
+
+    from common.decoder import Limits
+    from common.huginn import HuginnConfig, generate
+    from common.models.raven import RavenForCausalLM
+
+    model, tokenizer = RavenForCausalLM.from_pretrained(model_dir), AutoTokenizer.from_pretrained(model_dir)
+    limits = Limits(max_tokens, eos_token_ids=(tokenizer.eos_token_id,) if tokenizer.eos_token_id is not None else ())
+    return [tie_position(generate(model, tokenizer.encode(p), HuginnConfig(**settings), limits=limits).margins)
+            for p in prompts]
 
 
 def untied_references(model_dir, method: str, settings: dict, prompts: list[str], max_tokens: int
