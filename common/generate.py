@@ -67,6 +67,11 @@ def read_prompts(path: str) -> list[str]:
     return lines
 
 
+def json_margins(margins: list[float]) -> list[float | None]:
+    """Decision slacks as the JSON records hold them: null where no greedy decision was taken (inf)."""
+    return [m if math.isfinite(m) else None for m in margins]
+
+
 def huginn_records(args: argparse.Namespace, config: Any, sampling: SamplingParams, limits: Limits,
                    prompts: list[str]) -> list[dict]:
     """Per-prompt records of a `huginn` sampler on a recurrent-depth checkpoint."""
@@ -86,7 +91,7 @@ def huginn_records(args: argparse.Namespace, config: Any, sampling: SamplingPara
         records.append({"prompt": prompt, "token_ids": result.token_ids, "text": tokenizer.decode(result.token_ids),
                         "forwards": result.forwards, "core_passes": result.core_passes,
                         "tokens_per_forward": len(result.token_ids) / max(result.forwards, 1), "p_cache": None,
-                        "seconds": time.perf_counter() - start, "margins": result.margins})
+                        "seconds": time.perf_counter() - start, "margins": json_margins(result.margins)})
     return records
 
 
@@ -198,7 +203,7 @@ def main(argv: list[str] | None = None) -> None:
             "tokens_per_forward": result.tokens_per_forward,
             "p_cache": result.p_cache,
             "seconds": result.seconds,
-            "margins": [m if math.isfinite(m) else None for m in result.margins],
+            "margins": json_margins(result.margins),
         })
     Path(args.json).write_text(json.dumps(records, indent=1), encoding="utf-8")
     total = sum(len(r["token_ids"]) for r in records)

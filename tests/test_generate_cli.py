@@ -78,6 +78,10 @@ def test_huginn_wavefront_through_cli(tiny_dir, prompts, tmp_path):
         got[name] = generate(tmp_path / f"{name}.json", *raven, "--config", config, "--max-tokens", "9", "--seed", "3")
     assert [r["token_ids"] for r in got["wave"]] == [r["token_ids"] for r in got["ar"]]
     assert all(r["core_passes"] == 4 * r["forwards"] for r in got["ar"])
+    assert all(len(r["margins"]) == len(r["token_ids"]) and all(m > 0 for m in r["margins"]) for r in got["wave"])
+    sampled = generate(tmp_path / "sampled.json", *raven, "--config", '{"sampler": "wavefront"}', "--max-tokens", "9",
+                       "--temperature", "1.0")
+    assert all(r["margins"] == [None] * len(r["token_ids"]) for r in sampled)  # null, not JSON-invalid Infinity
     message = refused([*raven, "--config", '{"sampler": "ar", "exit_t": 0.1}', "--json", str(tmp_path / "bad.json")])
     assert message.startswith("error:") and "exit_t" in message
 
