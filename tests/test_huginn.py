@@ -1,7 +1,8 @@
 """Huginn's samplers on a tiny random recurrent-depth model: the paper's equivalences (Algorithm 1 with the fixed exit
 and r' = r is `ar`; a wavefront of one with adaptive exit is `adaptive`), `speculative` lossless against `ar`
 (greedy, and exactly distributed by enumeration), the cache against a recompute, `ar`'s logprobs against a
-teacher-forced forward, the published config's shapes, and settings of another sampler refused by name."""
+teacher-forced forward, greedy without a seed reproducible, the wavefront's decision slacks (argmaxes and exit tests),
+the published config's shapes, and settings of another sampler refused by name."""
 
 import itertools
 import random
