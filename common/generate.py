@@ -5,6 +5,9 @@
         [--config JSON] [--max-tokens N] [--temperature T] [--top-p P] [--seed S] \\
         --prompts-file FILE --json OUT
 
+A prompts file holds one text prompt per line, or (`.jsonl`) one `{"prompt": TEXT}` or chat `{"messages": [...]}`
+per line, rendered with the checkpoint's chat template (`python -m scripts.chat_prompts FILE.jsonl` writes some).
+
 `huginn` runs a recurrent-depth (`RavenForCausalLM`) checkpoint with `common.huginn`'s samplers (`--config
 '{"sampler": "wavefront"}'`); its records add `core_passes` (sequential core-block passes, the latency cost).
 `assd` fills the holes of each prompt (the tokenizer's mask token in the text, one token per hole; or a line
@@ -32,6 +35,7 @@ from common.draft_layout import resolve_dlm_type
 from common.errors import ConfigError
 from common.lora import LoRA, adapter_path
 from common.methods import METHODS, build_config, make_decoder, needs_mask_token, parse_config
+from common.prompts import encode, read_prompts, text_only
 from common.runner import ReferenceRunner
 from common.sampling import SamplingParams
 
@@ -47,24 +51,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--top-p", type=float, default=1.0)
     parser.add_argument("--top-k", type=int, default=0)
     parser.add_argument("--seed", type=int, default=None)
-    parser.add_argument("--prompts-file", required=True, help="one prompt per line")
+    parser.add_argument("--prompts-file", required=True,
+                        help='one prompt per line, or .jsonl lines {"prompt": TEXT} / {"messages": [...]} (chat)')
     parser.add_argument("--json", required=True, help="where to write the per-prompt results")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--no-cache", action="store_true", help="recompute the prefix every forward")
     parser.add_argument("--trust-remote-code", action="store_true", help="use the checkpoint's own modeling code")
     return parser.parse_args(argv)
-
-
-def read_prompts(path: str) -> list[str]:
-    """One prompt per line; an empty line is refused rather than decoded from nothing."""
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except OSError as err:
-        raise ConfigError(f"--prompts-file cannot be read: {err}") from None
-    empty = [i + 1 for i, line in enumerate(lines) if not line.strip()]
-    if not lines or empty:
-        raise ConfigError(f"--prompts-file must hold one non-empty prompt per line; empty line(s): {empty or [1]}")
-    return lines
 
 
 def json_margins(margins: list[float]) -> list[float | None]:
@@ -144,7 +137,7 @@ def model_free(args: argparse.Namespace) -> None:
             raise ConfigError(f"{', '.join(refused)} does not apply to --method {args.method}")
         config = build_config(HuginnConfig if args.method == "huginn" else AssdConfig, args.method, args.config)
         sampling = SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed)
-        prompts = read_prompts(args.prompts_file)
+        prompts = text_only(read_prompts(args.prompts_file), args.method)
     except ConfigError as err:
         sys.exit(f"error: {err}")
     if args.method == "huginn":
@@ -192,8 +185,11 @@ def main(argv: list[str] | None = None) -> None:
         adapters[DRAFT_ADAPTER] = lora.enabled
     runner = ReferenceRunner(model, use_cache=not args.no_cache, adapters=adapters)
     records = []
-    for prompt in prompts:
-        ids = tokenizer.encode(prompt)
+    try:
+        encoded = [encode(tokenizer, prompt) for prompt in prompts]
+    except ConfigError as err:
+        sys.exit(f"error: {err}")
+    for prompt, ids in zip(prompts, encoded, strict=True):
         result = runner.run(make_decoder(args.method, config, ids, sampling, limits))
         records.append({
             "prompt": prompt,

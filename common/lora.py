@@ -1,5 +1,6 @@
-"""A PEFT-format LoRA switched on only inside a context: NLD's draft-only adapter (on `o_proj`), on a transformers
-model or an engine's (whose linear layers may return `(output, bias)`), with no second copy of the base weights."""
+"""A PEFT-format LoRA switched on only inside a context: NLD's draft-only adapter (on `o_proj`, or on every projection
+of an AR model's drafter), on a transformers model or an engine's (whose linear layers may return `(output, bias)`
+and fuse q/k/v and gate/up into one module), with no second copy of the base weights."""
 
 import json
 from collections.abc import Iterator
@@ -37,14 +38,42 @@ def checked(path: Path) -> Path:
     return path
 
 
-def module_name(key: str, modules: dict[str, torch.nn.Module]) -> str:
-    """The model module a PEFT weight key targets: NLD's own names (`encoder.*`) are the stock model's."""
+# The engines fuse PEFT's separate projections: a target's fused module and the index of its slice of the output.
+FUSED = {"q_proj": ("qkv_proj", 0), "k_proj": ("qkv_proj", 1), "v_proj": ("qkv_proj", 2),
+         "gate_proj": ("gate_up_proj", 0), "up_proj": ("gate_up_proj", 1)}
+
+
+def module_name(key: str, modules: dict[str, torch.nn.Module]) -> tuple[str, int | None]:
+    """The model module a PEFT weight key targets (NLD's own names, `encoder.*`, are the stock model's) and, where
+    the model fuses the target with others (`FUSED`), the index of its output slice; None where it is unfused."""
     name = key.removeprefix("base_model.model.").removesuffix(".lora_A.weight")
     if name not in modules:
         name = stock_weight_name(name)
-    if name not in modules:
-        raise ConfigError(f"draft_adapter targets {name!r}, which the model does not have")
-    return name
+    if name in modules:
+        return name, None
+    parent, _, leaf = name.rpartition(".")
+    if leaf in FUSED and f"{parent}.{FUSED[leaf][0]}" in modules:
+        return f"{parent}.{FUSED[leaf][0]}", FUSED[leaf][1]
+    raise ConfigError(f"draft_adapter targets {name!r}, which the model does not have")
+
+
+def fused_delta(module: torch.nn.Module, slices: dict[int, tuple[torch.Tensor, torch.Tensor]]
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """One (down, up) pair for a fused module from its targets' pairs: downs stacked, ups placed in their targets'
+    output slices (`module.output_sizes`), zero elsewhere."""
+    sizes = getattr(module, "output_sizes", None)
+    if sizes is None or getattr(module, "tp_size", 1) != 1:
+        raise ConfigError("draft_adapter on fused projections (q/k/v, gate/up) needs an unsharded fused module "
+                          "(tensor_parallel_size 1)")
+    offsets = [sum(sizes[:i]) for i in range(len(sizes))]
+    down = torch.cat([slices[i][0] for i in sorted(slices)])
+    up = down.new_zeros(sum(sizes), down.shape[0])
+    rank = 0
+    for i in sorted(slices):
+        part = slices[i][1]
+        up[offsets[i] : offsets[i] + sizes[i], rank : rank + part.shape[1]] = part
+        rank += part.shape[1]
+    return down, up
 
 
 class LoRA:
@@ -58,11 +87,17 @@ class LoRA:
         modules = dict(model.named_modules())
         param = next(model.parameters())
         self.deltas: list[tuple[torch.nn.Module, torch.Tensor, torch.Tensor]] = []
+        fused: dict[str, dict[int, tuple[torch.Tensor, torch.Tensor]]] = {}
         for key in sorted(k for k in weights if k.endswith("lora_A.weight")):
-            name = module_name(key, modules)
+            name, index = module_name(key, modules)
             down = weights[key].to(param)
             up = weights[key.replace("lora_A", "lora_B")].to(param)
-            self.deltas.append((modules[name], down, up))
+            if index is None:
+                self.deltas.append((modules[name], down, up))
+            else:
+                fused.setdefault(name, {})[index] = (down, up)
+        for name, slices in fused.items():
+            self.deltas.append((modules[name], *fused_delta(modules[name], slices)))
 
     @contextmanager
     def enabled(self) -> Iterator[None]:

@@ -93,3 +93,42 @@ def test_nld_module_names_map_onto_the_stock_model(qwen3, tmp_path):
     model's modules."""
     write_adapter(qwen3[0], tmp_path, prefix="base_model.model.encoder")
     assert len(LoRA(qwen3[0], tmp_path).deltas) == len(qwen3[0].model.layers)
+
+
+class Fused(torch.nn.Module):
+    """An engine-style attention block: q, k and v in one `qkv_proj` whose output is [q | k | v] (`output_sizes`)."""
+
+    def __init__(self, q: torch.nn.Linear, k: torch.nn.Linear, v: torch.nn.Linear) -> None:
+        super().__init__()
+        self.qkv_proj = torch.nn.Linear(q.in_features, q.out_features + k.out_features + v.out_features, bias=False)
+        self.qkv_proj.weight.data = torch.cat([q.weight, k.weight, v.weight]).detach()
+        self.qkv_proj.output_sizes = [q.out_features, k.out_features, v.out_features]
+
+
+def test_adapter_on_fused_projections_equals_the_unfused_one(tmp_path):
+    """A PEFT LoRA on q_proj and v_proj (k untouched) applied to an engine's fused `qkv_proj` adds exactly what it
+    adds to the separate projections, each in its slice."""
+    gen = torch.Generator().manual_seed(0)
+    attn = torch.nn.Module()
+    attn.q_proj, attn.k_proj, attn.v_proj = (torch.nn.Linear(16, n, bias=False) for n in (16, 8, 8))
+    unfused = torch.nn.Module()
+    unfused.attn = attn
+    fused = torch.nn.Module()
+    fused.attn = Fused(attn.q_proj, attn.k_proj, attn.v_proj)
+    weights = {}
+    for name, out in (("q_proj", 16), ("v_proj", 8)):
+        weights[f"base_model.model.attn.{name}.lora_A.weight"] = torch.randn(4, 16, generator=gen)
+        weights[f"base_model.model.attn.{name}.lora_B.weight"] = torch.randn(out, 4, generator=gen)
+    save_file(weights, tmp_path / "adapter_model.safetensors")
+    (tmp_path / "adapter_config.json").write_text(json.dumps({"r": 4, "lora_alpha": 8,
+                                                              "target_modules": ["q_proj", "v_proj"]}))
+    x = torch.randn(3, 16, generator=gen)
+    with LoRA(unfused, tmp_path).enabled():
+        want = torch.cat([attn.q_proj(x), attn.k_proj(x), attn.v_proj(x)], -1)
+    with LoRA(fused, tmp_path).enabled():
+        got = fused.attn.qkv_proj(x)
+    torch.testing.assert_close(got, want)
+    assert not torch.equal(got, fused.attn.qkv_proj(x)), "the adapter changed nothing"
+    fused.attn.qkv_proj.tp_size = 2
+    with pytest.raises(ConfigError, match="tensor_parallel_size 1"):
+        LoRA(fused, tmp_path)

@@ -105,3 +105,27 @@ def test_assd_infilling_through_cli(tiny_dir, tmp_path):
     assert explicit[0]["generated"] == 3 and explicit[0]["prompt"] == "def wrap(text, width):"
     prompts_file.write_text("def plain(text):\n")
     assert "has no hole" in refused([*xlnet, "--json", str(tmp_path / "bad.json")])
+
+
+def test_jsonl_chat_prompts(tmp_path):
+    """A `.jsonl` prompts file: a text prompt and a chat (several lines of text) rendered with the chat template."""
+    from types import SimpleNamespace
+
+    from common.errors import ConfigError
+    from common.prompts import encode, read_prompts
+
+    path = tmp_path / "prompts.jsonl"
+    chat = [{"role": "user", "content": "Two lines:\nhere."}]
+    path.write_text(json.dumps({"prompt": "plain"}) + "\n" + json.dumps({"messages": chat}) + "\n")
+    assert read_prompts(str(path)) == ["plain", chat]
+    rendered = []
+    tokenizer = SimpleNamespace(chat_template="T", encode=lambda text: [len(text)],
+                                apply_chat_template=lambda m, **kw: rendered.append((m, kw)) or [1, 2, 3])
+    assert encode(tokenizer, chat) == [1, 2, 3]
+    assert rendered == [(chat, {"add_generation_prompt": True, "tokenize": True})]
+    assert encode(tokenizer, "plain") == [5]
+    path.write_text('{"messages": "not a list"}\n')
+    with pytest.raises(ConfigError, match="line 1 must be"):
+        read_prompts(str(path))
+    with pytest.raises(ConfigError, match="chat template"):
+        encode(SimpleNamespace(chat_template=None), chat)
