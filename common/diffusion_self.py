@@ -24,7 +24,8 @@ MODES = ("linear", "quadratic")
 
 @dataclass(frozen=True)
 class DiffusionSelfConfig:
-    """`num_speculative_tokens` drafts verified per step; `draft_adapter` names a LoRA used only when drafting;
+    """`num_speculative_tokens` drafts verified per step; `draft_adapter` names a LoRA used only when drafting (in
+    mode quadratic: on the draft groups' rows of the verify forward only);
     `dlm_type` says which logit row drafts a slot (see `common.draft_layout`; unset: the checkpoint's). `mode`
     `linear` drafts in a forward of its own; `quadratic` drafts inside the verify forward
     (`common.quadratic_self_spec`, with `num_speculative_tokens` + 1 mask slots per group)."""
@@ -43,9 +44,6 @@ class DiffusionSelfConfig:
         require(self.dlm_type is None or self.dlm_type in DLM_TYPES, "dlm_type", f"one of {list(DLM_TYPES)}",
                 self.dlm_type)
         require(self.mode in MODES, "mode", f"one of {list(MODES)}", self.mode)
-        require(self.mode == "linear" or not self.draft_adapter, "draft_adapter",
-                "unset in mode quadratic (its drafts come from the verify forward, which runs without the adapter)",
-                self.draft_adapter)
 
 
 def draft_distribution(logits: torch.Tensor, mask_token_id: int, params: SamplingParams) -> torch.Tensor:

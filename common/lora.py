@@ -14,14 +14,22 @@ from common.checkpoint import stock_weight_name
 from common.errors import ConfigError
 
 
-def delta_hook(down: torch.Tensor, up: torch.Tensor, scale: float):
+def delta_hook(down: torch.Tensor, up: torch.Tensor, scale: float, rows: torch.Tensor | None = None):
     """A forward hook adding the low-rank delta `scale * B @ A` (down = A, up = B) to a module's output (the first
-    element where the module returns `(output, bias)`, as the engines' linear layers do)."""
+    element where the module returns `(output, bias)`, as the engines' linear layers do); with `rows` (indices along
+    the token dimension, the one before the features) to those rows only, the others left exactly as they were."""
+
+    def add(x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        if rows is None:
+            return out + scale * (x @ down.T) @ up.T
+        out = out.clone()
+        out[..., rows, :] += scale * (x[..., rows, :] @ down.T) @ up.T
+        return out
 
     def hook(module: torch.nn.Module, inputs: tuple, output: object) -> object:
         if isinstance(output, tuple):
-            return (output[0] + scale * (inputs[0] @ down.T) @ up.T, *output[1:])
-        return output + scale * (inputs[0] @ down.T) @ up.T
+            return (add(inputs[0], output[0]), *output[1:])
+        return add(inputs[0], output)
 
     return hook
 
@@ -100,8 +108,12 @@ class LoRA:
             self.deltas.append((modules[name], *fused_delta(modules[name], slices)))
 
     @contextmanager
-    def enabled(self) -> Iterator[None]:
-        handles = [module.register_forward_hook(delta_hook(down, up, self.scale)) for module, down, up in self.deltas]
+    def enabled(self, rows: torch.Tensor | None = None) -> Iterator[None]:
+        """The adapter on for the forwards inside, on every row or only on `rows` (token indices)."""
+        if rows is not None:
+            rows = rows.to(self.deltas[0][1].device) if self.deltas else rows
+        handles = [module.register_forward_hook(delta_hook(down, up, self.scale, rows))
+                   for module, down, up in self.deltas]
         try:
             yield
         finally:

@@ -92,7 +92,8 @@ def decoding_method(method: str, config: Any) -> tuple[str, Any]:
     `diffusion_self_quadratic` with `num_speculative_tokens` + 1 mask slots per group."""
     if method == "diffusion_self" and config.mode == "quadratic":
         return "diffusion_self_quadratic", QuadraticSelfSpecConfig(
-            block_size=config.num_speculative_tokens + 1, mask_token_id=config.mask_token_id, dlm_type=config.dlm_type)
+            block_size=config.num_speculative_tokens + 1, mask_token_id=config.mask_token_id, dlm_type=config.dlm_type,
+            draft_adapter=config.draft_adapter)
     return method, config
 
 

@@ -19,7 +19,7 @@ import torch
 
 from common.acceptance import accept_greedy_batch, verify
 from common.decoder import Decoder, Limits
-from common.diffusion_self import draft_width, propose
+from common.diffusion_self import DRAFT_ADAPTER, draft_width, propose
 from common.draft_layout import DLM_TYPES, draft_rows
 from common.errors import require, require_mask_token
 from common.row_stats import RowReading, RowStats
@@ -30,11 +30,13 @@ from common.window import Attention, Forward, Outcome
 @dataclass(frozen=True)
 class QuadraticSelfSpecConfig:
     """`block_size` k: mask slots per group (k - 1 drafts verified per step); `dlm_type` as in
-    `common.draft_layout` (unset: the checkpoint's)."""
+    `common.draft_layout` (unset: the checkpoint's); `draft_adapter` a LoRA applied to the groups' rows only (the
+    chain's rows, which verify, see no group row, so they stay the base model's exactly)."""
 
     block_size: int = 8
     mask_token_id: int | None = None
     dlm_type: str | None = None
+    draft_adapter: str | None = None
 
     def __post_init__(self) -> None:
         k = self.block_size
@@ -78,10 +80,12 @@ def quadratic_layout(m: int, block_size: int, dlm_type: str | None, grouped: boo
 def quadratic_forward(chain: list[int], start: int, config: QuadraticSelfSpecConfig, grouped: bool = True
                       ) -> Forward:
     """The chain at positions `start ..`, then (if `grouped`) one group per chain token; logit rows: the chain's,
-    then each group's k slots."""
+    then each group's k slots; the draft adapter (if any) on the group rows."""
     layout = quadratic_layout(len(chain), config.block_size, config.dlm_type, grouped)
     ids = torch.tensor([*chain, config.mask_token_id])[layout.source]
-    return Forward(ids, layout.offsets + start, layout.logit_rows, Attention.CUSTOM, layout.visible)
+    adapter = DRAFT_ADAPTER if config.draft_adapter and grouped else None
+    rows = torch.arange(len(chain), len(layout.source)) if adapter else None
+    return Forward(ids, layout.offsets + start, layout.logit_rows, Attention.CUSTOM, layout.visible, adapter, rows)
 
 
 class QuadraticSelfSpecDecoder(Decoder):

@@ -12,7 +12,7 @@ from common.attention import additive_mask
 from common.decoder import Decoder
 from common.window import Forward, Outcome
 
-Adapter = Callable[[], AbstractContextManager]
+Adapter = Callable[..., AbstractContextManager]  # called with the rows it applies to, or with nothing: every row
 
 
 @dataclass
@@ -70,12 +70,20 @@ class ReferenceRunner:
         cache = DynamicCache(config=self.model.config) if self.use_cache else None
         while not decoder.finished:
             forward = decoder.next_forward()
-            with self.adapter(forward.adapter)():
+            with self.adapter(forward.adapter)(*self.adapter_rows(forward, decoder, cache)):
                 logits = self.logits(forward, decoder, cache)
             outcome = decoder.apply(logits)
             if cache is not None and cache.get_seq_length() > decoder.cache_len:
                 cache.crop(decoder.cache_len - cache.get_seq_length())
             yield Step(forward, outcome, cache)
+
+    @staticmethod
+    def adapter_rows(forward: Forward, decoder: Decoder, cache: DynamicCache | None) -> tuple[torch.Tensor, ...]:
+        """The rows a row-scoped adapter applies to, as indices of the model's input (past a recomputed prefix);
+        nothing where it applies to every row."""
+        if forward.adapter_rows is None:
+            return ()
+        return (forward.adapter_rows + (decoder.cache_len if cache is None else 0),)
 
     def adapter(self, name: str | None) -> Adapter:
         """The context a forward's adapter needs; a forward asking for one the runner lacks is an error."""

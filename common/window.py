@@ -25,6 +25,7 @@ class Forward:
     attention: Attention = Attention.CAUSAL
     mask: torch.Tensor | None = None
     adapter: str | None = None
+    adapter_rows: torch.Tensor | None = None  # indices of the rows the adapter applies to (None: every row)
 
     def __post_init__(self) -> None:
         if (self.attention is Attention.CUSTOM) != (self.mask is not None):
@@ -78,7 +79,8 @@ def after_rows(forward: Forward | None, token_ids: list[int], start: int) -> For
     if forward.attention is Attention.CAUSAL:
         return Forward(token_ids=torch.cat([rows.token_ids, forward.token_ids]),
                        positions=torch.cat([rows.positions, forward.positions]),
-                       logit_rows=forward.logit_rows + n, adapter=forward.adapter)
+                       logit_rows=forward.logit_rows + n, adapter=forward.adapter,
+                       adapter_rows=shifted(forward.adapter_rows, n))
     mask = torch.zeros(n + m, n + m, dtype=torch.bool)
     mask[:n, :n] = rows.visibility()
     mask[n:, :n] = True
@@ -90,4 +92,10 @@ def after_rows(forward: Forward | None, token_ids: list[int], start: int) -> For
         attention=Attention.CUSTOM,
         mask=mask,
         adapter=forward.adapter,
+        adapter_rows=shifted(forward.adapter_rows, n),
     )
+
+
+def shifted(rows: torch.Tensor | None, n: int) -> torch.Tensor | None:
+    """Row indices moved past `n` prepended rows (None stays None: every row)."""
+    return None if rows is None else rows + n

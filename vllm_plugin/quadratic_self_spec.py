@@ -4,20 +4,23 @@ Each request keeps a `common.quadratic_self_spec` decoder. The step's scheduled 
 the chain `[seed, drafts]` the engine computes causally, then one group per chain token whose structured mask
 `vllm_plugin.group_attention` applies inside the same forward. The decoder verifies the chain (its own rejection
 rule and seeded generator) and drafts from the last accepted token's group; vLLM keeps the KV of the accepted
-chain, which is where the engine wrote it.
+chain, which is where the engine wrote it. A draft adapter (`draft_adapter`) is on for the groups' rows of the
+forward only: the chain's rows see no group row, so they verify with the base model exactly.
 """
 
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, ExitStack
 from typing import Any
 
 import torch
 
+from common.lora import LoRA
 from vllm_plugin import group_attention
 from vllm_plugin.commit import CommitProposer, CommitRequest
 from vllm_plugin.group_attention import GroupedWindow
 
 
 class QuadraticSelfSpecProposer(CommitProposer):
+    lora: LoRA | None = None
     def __init__(self, vllm_config: Any) -> None:
         super().__init__(vllm_config)
         self.layers: dict[str, Any] = vllm_config.compilation_config.static_forward_context
@@ -35,7 +38,7 @@ class QuadraticSelfSpecProposer(CommitProposer):
 
     def attending(self, runner: Any) -> AbstractContextManager:
         queries = runner.query_start_loc.np[: runner.input_batch.num_reqs + 1]
-        windows = []
+        windows, adapted = [], []
         for row, req_id in enumerate(runner.input_batch.req_ids):
             state, end = self.requests.get(req_id), int(queries[row + 1])
             if state is None or not self.scheduled_window(runner, req_id, state, end - int(queries[row])):
@@ -45,4 +48,16 @@ class QuadraticSelfSpecProposer(CommitProposer):
             if forward.num_tokens > chain:  # the chain alone near the end of the context
                 windows.append(GroupedWindow(end - forward.num_tokens, row, decoder.cache_len, chain, group,
                                              forward.positions[chain:]))
-        return group_attention.grouped(group_attention.plan_step(runner, windows) if windows else None)
+                if forward.adapter_rows is not None:
+                    adapted.append(forward.adapter_rows + (end - forward.num_tokens))
+        stack = ExitStack()
+        stack.enter_context(group_attention.grouped(group_attention.plan_step(runner, windows) if windows else None))
+        if adapted:
+            stack.enter_context(self.adapter(runner).enabled(torch.cat(adapted)))
+        return stack
+
+    def adapter(self, runner: Any) -> LoRA:
+        """The draft adapter, loaded onto the served model's modules once."""
+        if self.lora is None:
+            self.lora = LoRA(runner.get_model(), self.config.draft_adapter)
+        return self.lora
