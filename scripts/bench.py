@@ -4,6 +4,11 @@ AR decoding of that checkpoint and (vLLM) its own `ngram` speculation at the sam
     python -m scripts.bench --engine vllm --models DIR --json OUT.json [--png OUT.png] [--batch-sizes 1,8,32]
     .venv-sglang/bin/python -m scripts.bench --engine sglang --models DIR --json OUT.json
     python -m scripts.bench --engine vllm --models DIR --json OUT.json --quick    # batch 1, 16 tokens (CI)
+    python -m scripts.bench --engine vllm --model smollm2 --json OUT.json         # the real model, chat prompts
+
+`--model smollm2` runs the lossless methods on SmolLM2-135M-Instruct (`scripts.smollm2`, fetched and converted once;
+bf16 in vLLM, float32 in SGLang on CPU) with its presets (`configs/smollm2-*.json`, the shipped draft adapter) on
+held-out chat prompts rendered with its chat template (`scripts.chat_prompts`).
 
 `--models` holds the trained checkpoints (`scripts.trained_models`, copied there when missing). Writes a list of
 records {engine, checkpoint, method, config, batch_size, tokens_per_second, tokens_per_forward, p_cache,
@@ -45,6 +50,12 @@ METHODS = [
     ("diffusion", "nld", {"method": "diffusion", **preset("tiny-nld-diffusion.json")}),
     ("wedlm_spec", "wedlm", {"method": "wedlm_spec", **preset("tiny-wedlm-spec.json")}),
 ]
+# The real model's methods (`--model smollm2`): its presets, with the shipped draft adapter.
+REAL_METHODS = [
+    ("diffusion_self", "smollm2", {"method": "diffusion_self", **preset("smollm2-self-spec.json")}),
+    ("diffusion_self_quadratic", "smollm2", {"method": "diffusion_self", **preset("smollm2-quadratic.json")}),
+    ("jacobi", "smollm2", {"method": "jacobi", "block_size": 8, "pool_size": 4, "recycling": "linear"}),
+]
 # Methods one engine lacks: SGLang has no ngram here, vLLM's verifier takes no recycled branches.
 ONE_ENGINE = {"ngram": "vllm", "jacobi_recycling": "sglang"}
 PROMPTS = [
@@ -76,7 +87,8 @@ def histogram(num_drafts: int, accepted_per_position: list[int]) -> list[int]:
     return [reached[k] - reached[k + 1] for k in range(len(reached) - 1)]
 
 
-def run_vllm(model: str, spec: dict | None, batch_size: int, max_tokens: int, rounds: int) -> dict:
+def run_vllm(model: str, spec: dict | None, batch_size: int, max_tokens: int, rounds: int, prompts: list[str],
+             dtype: str = "float32", max_model_len: int = 512) -> dict:
     """Generate `rounds` batches of `batch_size` prompts; measure after one warm-up batch.
 
     The engine core runs in its own process (vLLM's default), so engines of several methods follow each other.
@@ -86,9 +98,9 @@ def run_vllm(model: str, spec: dict | None, batch_size: int, max_tokens: int, ro
     from vllm_plugin.metrics import acceptance
 
     llm = LLM(model=model, speculative_config=spec, enforce_eager=True, kv_cache_memory_bytes=256 << 20,
-              dtype="float32", max_model_len=512, max_num_seqs=batch_size, disable_log_stats=False, seed=0)
+              dtype=dtype, max_model_len=max_model_len, max_num_seqs=batch_size, disable_log_stats=False, seed=0)
     params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
-    batches = [[PROMPTS[(r * batch_size + i) % len(PROMPTS)] for i in range(batch_size)] for r in range(rounds)]
+    batches = [[prompts[(r * batch_size + i) % len(prompts)] for i in range(batch_size)] for r in range(rounds)]
     llm.generate(batches[0], params, use_tqdm=False)
     before = acceptance(llm) if spec else None
     start, tokens = time.perf_counter(), 0
@@ -116,7 +128,8 @@ def run_vllm(model: str, spec: dict | None, batch_size: int, max_tokens: int, ro
     }
 
 
-def run_sglang(model: str, spec: dict | None, batch_size: int, max_tokens: int, rounds: int) -> dict:
+def run_sglang(model: str, spec: dict | None, batch_size: int, max_tokens: int, rounds: int, prompts: list[str],
+               dtype: str = "float32", max_model_len: int = 512) -> dict:
     """As `run_vllm`, on an offline `sglang.Engine` selecting the method with `decode_mode` / `decode_config`."""
     import os
 
@@ -128,12 +141,12 @@ def run_sglang(model: str, spec: dict | None, batch_size: int, max_tokens: int, 
         os.environ.update(cpu_env())
     import sglang
 
-    kwargs = {} if torch.cuda.is_available() else dict(CPU_KWARGS)
+    kwargs = {"context_length": max_model_len} | ({} if torch.cuda.is_available() else {**CPU_KWARGS, "dtype": dtype})
     if spec is not None:
         kwargs.update(decode_mode=spec["method"], decode_config={k: v for k, v in spec.items() if k != "method"})
     engine = sglang.Engine(model_path=model, max_running_requests=batch_size, random_seed=0, **kwargs)
     params = {"temperature": 0, "max_new_tokens": max_tokens, "ignore_eos": True}
-    batches = [[PROMPTS[(r * batch_size + i) % len(PROMPTS)] for i in range(batch_size)] for r in range(rounds)]
+    batches = [[prompts[(r * batch_size + i) % len(prompts)] for i in range(batch_size)] for r in range(rounds)]
     try:
         engine.generate(batches[0], params)
         start, outputs = time.perf_counter(), []
@@ -155,11 +168,14 @@ def run_sglang(model: str, spec: dict | None, batch_size: int, max_tokens: int, 
     }
 
 
-def reference_costs(model_dir: str, spec: dict, max_tokens: int) -> dict:
-    """Tokens per forward and p_cache of one of our methods, from `common/`'s reference runner (greedy)."""
+def reference_costs(model_dir: str, spec: dict, max_tokens: int, prompts: list[str]) -> dict:
+    """Tokens per forward and p_cache of one of our methods, from `common/`'s reference runner (greedy, with the
+    config's draft adapter)."""
     from common.checkpoint import load, resolve_mask_token_id
     from common.decoder import Limits
+    from common.diffusion_self import DRAFT_ADAPTER
     from common.draft_layout import resolve_dlm_type
+    from common.lora import LoRA, adapter_path
     from common.methods import make_decoder, needs_mask_token, parse_config
     from common.runner import ReferenceRunner
     from common.sampling import SamplingParams
@@ -168,10 +184,13 @@ def reference_costs(model_dir: str, spec: dict, max_tokens: int) -> dict:
     settings = {k: v for k, v in spec.items() if k != "method"}
     mask_id = resolve_mask_token_id(model.config, tokenizer) if needs_mask_token(spec["method"]) else None
     config = resolve_dlm_type(parse_config(spec["method"], settings, mask_token_id=mask_id), model.config)
+    adapters = {}
+    if getattr(config, "draft_adapter", None):
+        adapters[DRAFT_ADAPTER] = LoRA(model, adapter_path(model_dir, config.draft_adapter)).enabled
     tokens = forwards = generated = rows = 0
-    for prompt in PROMPTS:
+    for prompt in prompts:
         decoder = make_decoder(spec["method"], config, tokenizer.encode(prompt), SamplingParams(), Limits(max_tokens))
-        ReferenceRunner(model).run(decoder)
+        ReferenceRunner(model, adapters=adapters).run(decoder)
         tokens, forwards = tokens + len(decoder.output), forwards + decoder.forwards
         generated, rows = generated + len(decoder.output) - decoder.prefill_tokens, rows + decoder.decode_rows
     return {"tokens_per_forward": tokens / forwards, "p_cache": generated / max(rows, 1)}
@@ -201,7 +220,7 @@ def plot(records: list[dict], path: str) -> None:
         ax.axhline(1.0, color="grey", linewidth=0.8)
         ax.set_title(key.replace("_", " "))
         ax.legend(fontsize=7)
-    fig.suptitle(f"{records[0]['engine']}, trained tiny checkpoints (speedup over AR on the same checkpoint)")
+    fig.suptitle(f"{records[0]['engine']}, {records[0]['checkpoint']} (speedup over AR on the same checkpoint)")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
@@ -218,12 +237,24 @@ def main() -> None:
     parser.add_argument("--methods", default=",".join(name for name, _, _ in METHODS),
                         help="comma-separated subset; AR on each checkpoint (the baseline) and ngram always run")
     parser.add_argument("--quick", action="store_true", help="batch 1, 16 tokens, one timed round")
+    parser.add_argument("--model", choices=("tiny", "smollm2"), default="tiny",
+                        help="the tiny trained checkpoints, or the real model SmolLM2-135M-Instruct")
     args = parser.parse_args()
     if args.quick:
         args.batch_sizes, args.max_tokens, args.rounds = "1", 16, 1
-    paths = copy(Path(args.models))
     run = run_vllm if args.engine == "vllm" else run_sglang
-    chosen = [(name, checkpoint, spec) for name, checkpoint, spec in METHODS
+    if args.model == "smollm2":
+        from transformers import AutoTokenizer
+
+        from scripts import chat_prompts, smollm2
+
+        paths, methods, dtype = {"smollm2": smollm2.ensure()}, REAL_METHODS, "bfloat16"
+        tokenizer = AutoTokenizer.from_pretrained(paths["smollm2"])
+        prompts = [tokenizer.apply_chat_template(chat_prompts.messages(p), add_generation_prompt=True, tokenize=False)
+                   for p in chat_prompts.sample("heldout", 8)]
+    else:
+        paths, methods, prompts, dtype = copy(Path(args.models)), METHODS, PROMPTS, "float32"
+    chosen = [(name, checkpoint, spec) for name, checkpoint, spec in methods
               if name in args.methods.split(",") and ONE_ENGINE.get(name, args.engine) == args.engine]
     plan = []
     for size in [int(s) for s in args.batch_sizes.split(",")]:
@@ -233,14 +264,18 @@ def main() -> None:
                 plan.append((size, checkpoint, name, spec))
                 if ONE_ENGINE["ngram"] == args.engine:
                     plan.append((size, checkpoint, f"ngram-{width(spec)}", ngram(spec)))
-    records, baseline = [], {}
+    records, baseline, costs = [], {}, {}
     for size, checkpoint, name, spec in tqdm(plan, desc=f"{args.engine} bench"):
         if any(r["batch_size"] == size and r["checkpoint"] == checkpoint and r["method"] == name for r in records):
             continue  # the same ngram width for two methods on one checkpoint
         model = str(paths[checkpoint])
-        result = run(model, spec, size, args.max_tokens, args.rounds)
+        result = run(model, spec, size, args.max_tokens, args.rounds, prompts,
+                     dtype if args.engine == "vllm" else "float32", 1024 if args.model == "smollm2" else 512)
         if spec is not None and spec["method"] != "ngram":
-            result.update(reference_costs(model, spec, args.max_tokens))
+            key = json.dumps([model, spec])  # the reference's costs do not depend on the batch size
+            if key not in costs:
+                costs[key] = reference_costs(model, spec, args.max_tokens, prompts)
+            result.update(costs[key])
         speedup = result["tokens_per_second"] / baseline.setdefault((size, checkpoint), result["tokens_per_second"])
         records.append({"engine": args.engine, "checkpoint": checkpoint, "method": name, "config": spec,
                         "batch_size": size, **result, "speedup": speedup,

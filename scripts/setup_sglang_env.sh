@@ -13,6 +13,8 @@ PIP=("$VENV/bin/python" -m pip install -q)
 "${PIP[@]}" --no-deps "sglang==0.5.23" "sglang-kernel==0.4.10" "torchvision==0.28.0"
 # pip then reports sglang's CUDA requirements as missing; it exits 0 and SGLang's CPU path does not use them.
 "${PIP[@]}" -r scripts/sglang-cpu-requirements.txt
+# The real model's conversion (`scripts.smollm2`), for when SGLang's tests run before the main environment's made it.
+"${PIP[@]}" "gguf>=0.17" "accelerate>=1.0"
 "${PIP[@]}" --no-deps -e . --config-settings editable_mode=compat
 # Start-up hook: CUDA torchvision imports beside CPU torch (sglang_plugin/cpu_torchvision.py).
 SITE=$("$VENV/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")

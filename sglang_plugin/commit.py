@@ -8,6 +8,7 @@ pool has (KV written in scratch slots, or never written). Those rows are recompu
 window (`common.window.after_rows`), and a token is handed to SGLang only once the KV before it is in the pool.
 """
 
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +17,7 @@ from sglang.srt.mem_cache.allocation import alloc_token_slots
 
 from common.decoder import Decoder, Limits
 from common.logprob_rows import LogprobRows, logprob_rows
+from common.lora import LoRA
 from common.methods import make_decoder
 from common.row_stats import apply_rows
 from common.window import Attention, Forward, after_rows
@@ -59,6 +61,7 @@ class PooledDecoder:
 
 class CommitWorker(PluginWorker):
     non_draft_tokens = 0
+    lora: LoRA | None = None
 
     def forward_batch_generation(self, batch: Any, on_publish: Any = None, pp_proxy_tensors: Any = None) -> Any:
         if not batch.forward_mode.is_decode():
@@ -93,7 +96,8 @@ class CommitWorker(PluginWorker):
         if slots is None:
             self.check_reserved(batch, starts + width)
         try:
-            logits = self.run_window(batch, tokens, visible, positions, starts, locations)
+            with self.adapter(windows, width):
+                logits = self.run_window(batch, tokens, visible, positions, starts, locations)
         finally:
             if slots is not None:
                 self.token_to_kv_pool_allocator.free(slots.flatten())
@@ -108,6 +112,18 @@ class CommitWorker(PluginWorker):
         for state, window in zip(states, windows, strict=True):
             if state is not None:
                 state.digested(window)
+
+    def adapter(self, windows: list[Forward | None], width: int) -> AbstractContextManager:
+        """The draft adapter (`draft_adapter`, loaded onto the served model's modules once) on for the rows of the
+        windows that ask for it (`Forward.adapter_rows`, every row of the window where None), as indices of the
+        flattened [bs * width] tokens `run_window` forwards; nothing where no window asks."""
+        rows = [row * width + (torch.arange(window.num_tokens) if window.adapter_rows is None else window.adapter_rows)
+                for row, window in enumerate(windows) if window is not None and window.adapter is not None]
+        if not rows:
+            return nullcontext()
+        if self.lora is None:
+            self.lora = LoRA(self.model_runner.model, self.config.draft_adapter)
+        return self.lora.enabled(torch.cat(rows))
 
     def scratch(self, batch: Any, starts: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor]:
         """KV locations for a window from each `starts` and the fresh slots they take past SGLang's tokens
