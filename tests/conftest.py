@@ -80,6 +80,25 @@ def prompts() -> list[str]:
     return stdlib_prompts()
 
 
+@pytest.fixture(scope="session")
+def real_model() -> Path:
+    """SmolLM2-135M-Instruct, fetched and converted once (`scripts.smollm2`)."""
+    from scripts import smollm2
+
+    return smollm2.ensure()
+
+
+@pytest.fixture(scope="session")
+def chats(real_model: Path) -> list[list[int]]:
+    """Ten held-out chat prompts rendered with the real model's chat template, as token ids."""
+    from transformers import AutoTokenizer
+
+    from scripts import chat_prompts
+
+    tokenizer = AutoTokenizer.from_pretrained(real_model)
+    return [chat_prompts.render(tokenizer, p) for p in chat_prompts.sample("heldout", 10)]
+
+
 def pytest_terminal_summary(terminalreporter) -> None:
     """How many compared sequences were cut at a float32 near-tie (`tests/ties.py`)."""
     from tests.ties import TALLY

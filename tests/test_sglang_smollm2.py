@@ -14,12 +14,10 @@ if os.environ.get("PD_REQUIRE_SGLANG") != "1":
 
 import sglang
 
-from scripts import chat_prompts, smollm2
 from scripts.sglang_server import CPU_KWARGS, cpu_env
 from tests import ties
 
 MAX_TOKENS = 32
-PROMPTS = 10
 # `--decode-mode` and `--decode-config` of each method (the vLLM test's speculative configs)
 METHODS = {
     "diffusion_self": ("diffusion_self", {"num_speculative_tokens": 8, "draft_adapter": "draft_lora"}),
@@ -32,19 +30,6 @@ METHODS = {
 # adapter on its groups' rows only) ~1.6; ~1.0 where the adapter is not applied.
 MIN_TOKENS_PER_STEP = {"diffusion_self": 2.2, "diffusion_self_quadratic": 1.35}
 SWEEP = ("jacobi", "jacobi_recycling", "diffusion_self_quadratic")
-
-
-@pytest.fixture(scope="module")
-def real_model():
-    return smollm2.ensure()
-
-
-@pytest.fixture(scope="module")
-def chats(real_model):
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(real_model)
-    return [chat_prompts.render(tokenizer, p) for p in chat_prompts.sample("heldout", PROMPTS)]
 
 
 @pytest.fixture(scope="module")

@@ -22,11 +22,6 @@ MAX_TOKENS = 32
 PRESET = "configs/smollm2-self-spec.json"
 
 
-@pytest.fixture(scope="session")
-def real_model():
-    return smollm2.ensure()
-
-
 def test_checkpoint_names_its_mask_token_and_layout(real_model):
     config = json.loads((real_model / "config.json").read_text())
     _, tokenizer = load(real_model)

@@ -9,12 +9,10 @@ from tests.vllm_engine import engine  # isort: split
 
 from vllm import SamplingParams
 
-from scripts import chat_prompts, smollm2
 from tests import ties
 from vllm_plugin.metrics import acceptance
 
 MAX_TOKENS = 32
-PROMPTS = 10
 METHODS = {
     "diffusion_self": {"method": "diffusion_self", "num_speculative_tokens": 8, "draft_adapter": "draft_lora"},
     "jacobi": {"method": "jacobi", "block_size": 8},
@@ -27,20 +25,6 @@ SWEEP = ("jacobi", "jacobi_recycling", "diffusion_self_quadratic")
 # quadratic at 3; about 1.0 without the adapter): a floor that fails when the adapter is not applied.
 STEP_FLOORS = {"diffusion_self": 2.2, "diffusion_self_quadratic": 1.35}
 ENGINE = {"max_model_len": 1024, "kv_cache_memory_bytes": 256 << 20}
-
-
-@pytest.fixture(scope="module")
-def real_model():
-    return smollm2.ensure()
-
-
-@pytest.fixture(scope="module")
-def chats(real_model):
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(real_model)
-    texts = [chat_prompts.render(tokenizer, p) for p in chat_prompts.sample("heldout", PROMPTS)]
-    return texts
 
 
 def run(model, spec: dict | None, prompt_ids: list[list[int]], dtype: str, stats: list | None = None
