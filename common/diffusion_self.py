@@ -16,6 +16,7 @@ from common.decoder import Decoder, Limits
 from common.draft_layout import DLM_TYPES, draft_rows
 from common.errors import require, require_mask_token
 from common.sampling import SamplingParams, target_probs, without_token
+from common.width_planner import check_step_cost
 from common.window import Attention, Forward, Outcome, causal_forward
 
 DRAFT_ADAPTER = "draft"
@@ -28,13 +29,18 @@ class DiffusionSelfConfig:
     mode quadratic: on the draft groups' rows of the verify forward only);
     `dlm_type` says which logit row drafts a slot (see `common.draft_layout`; unset: the checkpoint's). `mode`
     `linear` drafts in a forward of its own; `quadratic` drafts inside the verify forward
-    (`common.quadratic_self_spec`, with `num_speculative_tokens` + 1 mask slots per group)."""
+    (`common.quadratic_self_spec`, with `num_speculative_tokens` + 1 mask slots per group). In the engines, mode
+    linear's `adaptive` (default on) drafts each step only as many tokens per request as pay for their rows, none
+    when no draft would (a plain AR step: `common.width_planner`); false drafts `num_speculative_tokens` always;
+    `step_cost` fixes the cost model instead of measuring it. Mode quadratic does not adapt yet."""
 
     num_speculative_tokens: int = 31
     mask_token_id: int | None = None
     draft_adapter: str | None = None
     dlm_type: str | None = None
     mode: str = "linear"
+    adaptive: bool | None = None
+    step_cost: list[float] | None = None
 
     def __post_init__(self) -> None:
         k = self.num_speculative_tokens
@@ -44,6 +50,15 @@ class DiffusionSelfConfig:
         require(self.dlm_type is None or self.dlm_type in DLM_TYPES, "dlm_type", f"one of {list(DLM_TYPES)}",
                 self.dlm_type)
         require(self.mode in MODES, "mode", f"one of {list(MODES)}", self.mode)
+        require(self.adaptive in (None, True, False), "adaptive", "true or false", self.adaptive)
+        require(self.mode == "linear" or not self.adaptive, "adaptive",
+                "false in mode quadratic (its widths are not adapted yet)", self.adaptive)
+        check_step_cost(self.step_cost)
+
+    @property
+    def adapts(self) -> bool:
+        """Whether the engines choose the widths by load (default: in mode linear)."""
+        return self.mode == "linear" if self.adaptive is None else self.adaptive
 
 
 def draft_distribution(logits: torch.Tensor, mask_token_id: int, params: SamplingParams) -> torch.Tensor:

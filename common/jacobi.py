@@ -28,6 +28,7 @@ from common.decoder import Decoder, Limits
 from common.errors import require
 from common.row_stats import RowReading, RowStats
 from common.sampling import SamplingParams, choose
+from common.width_planner import check_step_cost
 from common.window import Attention, Forward, Outcome
 
 
@@ -35,7 +36,10 @@ from common.window import Attention, Forward, Outcome
 class JacobiConfig:
     """n drafts per block; K blocks (1 = plain Jacobi with a running window); spawn ratio r; n-gram pool and how
     its candidates are verified: `branches` beside the main drafts in one forward (the paper's), or `linear`, the
-    newest candidate in place of the RA drafts (for verifiers that take one linear draft, as vLLM's)."""
+    newest candidate in place of the RA drafts (for verifiers that take one linear draft, as vLLM's). In the engines
+    `adaptive` (default on, except in SGLang's recycling Jacobi, which does not adapt yet) verifies only as many of the
+    window's drafts each step as pay for their rows (`common.width_planner`; false: all of them), with `step_cost` a
+    fixed cost model instead of the measured one."""
 
     block_size: int = 16
     num_blocks: int = 1
@@ -43,6 +47,8 @@ class JacobiConfig:
     pool_size: int = 0
     verification_size: int = 4
     recycling: str = "branches"
+    adaptive: bool | None = None
+    step_cost: list[float] | None = None
 
     def __post_init__(self) -> None:
         require(isinstance(self.block_size, int) and self.block_size >= 1, "block_size", "a positive integer",
@@ -55,6 +61,13 @@ class JacobiConfig:
         require(isinstance(self.verification_size, int) and self.verification_size >= 0, "verification_size",
                 "an integer >= 0", self.verification_size)
         require(self.recycling in ("branches", "linear"), "recycling", "'branches' or 'linear'", self.recycling)
+        require(self.adaptive in (None, True, False), "adaptive", "true or false", self.adaptive)
+        check_step_cost(self.step_cost)
+
+    @property
+    def adapts(self) -> bool:
+        """Whether the engines choose the widths by load (default: yes)."""
+        return self.adaptive is not False
 
     @property
     def history(self) -> int:

@@ -12,13 +12,16 @@ held-out chat prompts rendered with its chat template (`scripts.chat_prompts`).
 
 `--models` holds the trained checkpoints (`scripts.trained_models`, copied there when missing). Writes a list of
 records {engine, checkpoint, method, config, batch_size, tokens_per_second, tokens_per_forward, p_cache,
-acceptance_length, acceptance_histogram, speedup, conversion}. Speedup is over AR on the same checkpoint and batch
-size; conversion is speedup / tokens per forward (how much of the forwards saved becomes time saved). Tokens per
-forward counts every model forward a request takes part in: for AR and ngram from vLLM's counters (each target
-forward yields 1 + accepted tokens); for our methods from `common/`'s reference runner on the same prompts, whose
-decisions the engine paths reproduce token for token (tested), since the engines do not count our extra forwards
-(drafts, reveals). p_cache is WeDLM's eq. 4. Acceptance length is tokens per verify step (vLLM: per draft; SGLang:
-per speculative step after the prefill); the histogram counts verify steps by accepted drafts (vLLM only).
+acceptance_length, acceptance_histogram, speedup, conversion}. A method that chooses its widths by load
+(`common.width_planner`, the default of `jacobi` and linear `diffusion_self`) also runs pinned to its configured
+width (`NAME-fixed`, `"adaptive": false`). Speedup is over AR on the same checkpoint and batch size; conversion is
+speedup / tokens per forward (how much of the forwards saved becomes time saved). Tokens per forward counts every
+model forward a request takes part in: for AR and ngram from vLLM's counters (each target forward yields 1 +
+accepted tokens); for our methods from `common/`'s reference runner on the same prompts at the configured width,
+whose decisions the engine paths reproduce token for token (tested), since the engines do not count our extra
+forwards (drafts, reveals). p_cache is WeDLM's eq. 4. Acceptance length is tokens per verify step (vLLM: per
+draft; SGLang: per speculative step after the prefill); the histogram counts verify steps by accepted drafts (vLLM
+only).
 SGLang runs in its own environment (`scripts/setup_sglang_env.sh`), on CPU with `scripts.sglang_server`'s settings
 (float32) when there is no GPU; it has no ngram here, and only SGLang runs `jacobi_recycling` (candidates verified
 as branches beside the drafts; `jacobi` recycles linearly on both engines).
@@ -75,6 +78,14 @@ def width(spec: dict) -> int:
     if spec["method"] == "wedlm_spec":
         return spec.get("window", 16) - 1
     return spec.get("block_size", 32) - 1
+
+
+def adapts(spec: dict) -> bool:
+    """Whether the method chooses its widths by load (`common.width_planner`): then it also runs pinned to its
+    configured width (`-fixed`)."""
+    from common.methods import parse_config
+
+    return getattr(parse_config(spec["method"], {k: v for k, v in spec.items() if k != "method"}), "adapts", False)
 
 
 def ngram(spec: dict) -> dict:
@@ -262,6 +273,8 @@ def main() -> None:
             plan.append((size, checkpoint, "ar", None))
             for name, _, spec in (m for m in chosen if m[1] == checkpoint):
                 plan.append((size, checkpoint, name, spec))
+                if adapts(spec):
+                    plan.append((size, checkpoint, f"{name}-fixed", {**spec, "adaptive": False}))
                 if ONE_ENGINE["ngram"] == args.engine:
                     plan.append((size, checkpoint, f"ngram-{width(spec)}", ngram(spec)))
     records, baseline, costs = [], {}, {}
@@ -272,7 +285,8 @@ def main() -> None:
         result = run(model, spec, size, args.max_tokens, args.rounds, prompts,
                      dtype if args.engine == "vllm" else "float32", 1024 if args.model == "smollm2" else 512)
         if spec is not None and spec["method"] != "ngram":
-            key = json.dumps([model, spec])  # the reference's costs do not depend on the batch size
+            # The reference's costs (at the configured width) depend on neither the batch size nor the planner.
+            key = json.dumps([model, {k: v for k, v in spec.items() if k != "adaptive"}])
             if key not in costs:
                 costs[key] = reference_costs(model, spec, args.max_tokens, prompts)
             result.update(costs[key])

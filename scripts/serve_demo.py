@@ -57,7 +57,8 @@ class Run:
     label: str
     texts: list[str] = field(default_factory=list)
     tokens_per_second: dict[int, float] = field(default_factory=dict)
-    tokens_per_forward: float = 1.0
+    tokens_per_forward: float = 1.0  # at batch 1
+    drafting: dict[int, float] = field(default_factory=dict)  # share of request steps that drafted, per batch size
 
 
 def answer(response) -> str:
@@ -75,28 +76,33 @@ def measure(client: openai.OpenAI, label: str, prompts: list, max_tokens: int, f
         return client.chat.completions.create(model="tiny", messages=prompt, max_tokens=max_tokens, temperature=0)
 
     complete(prompts[0])  # warm-up
-    before = metrics(client)
     run = Run(label)
-    start = time.perf_counter()
-    answers = [complete(p) for p in prompts]
-    run.tokens_per_second[1] = sum(a.usage.completion_tokens for a in answers) / (time.perf_counter() - start)
-    run.texts = [answer(a) for a in answers]
-    after = metrics(client)
-    start = time.perf_counter()
+    batches = {1: lambda: [complete(p) for p in prompts]}
     with ThreadPoolExecutor(len(prompts)) as pool:
-        answers = list(pool.map(complete, prompts))
-    seconds = time.perf_counter() - start
-    run.tokens_per_second[len(prompts)] = sum(a.usage.completion_tokens for a in answers) / seconds
-
-    def total(samples: dict[str, float], name: str) -> float:
-        return sum(v for k, v in samples.items() if k.startswith(name))
-
-    drafts = total(after, "vllm:spec_decode_num_drafts_total") - total(before, "vllm:spec_decode_num_drafts_total")
-    accepted = (total(after, "vllm:spec_decode_num_accepted_tokens_total")
-                - total(before, "vllm:spec_decode_num_accepted_tokens_total"))
-    if drafts:
-        run.tokens_per_forward = (1 + accepted / drafts) / forwards_per_step
+        batches[len(prompts)] = lambda: list(pool.map(complete, prompts))
+        for size, answer_all in batches.items():
+            before = metrics(client)
+            start = time.perf_counter()
+            answers = answer_all()
+            seconds = time.perf_counter() - start
+            after = metrics(client)
+            tokens = sum(a.usage.completion_tokens for a in answers)
+            run.tokens_per_second[size] = tokens / seconds
+            drafts, accepted = (counted(after, name) - counted(before, name) for name in (
+                "vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_accepted_tokens_total"))
+            # Every step of a request is one target forward yielding 1 + accepted tokens; a step that drafted also
+            # ran forwards_per_step - 1 draft forwards (none when the width planner made it a plain AR step).
+            steps = tokens - accepted
+            run.drafting[size] = drafts / steps
+            if size == 1:
+                run.texts = [answer(a) for a in answers]
+                run.tokens_per_forward = tokens / (steps + drafts * (forwards_per_step - 1))
     return run
+
+
+def counted(samples: dict[str, float], name: str) -> float:
+    """A counter's total over its labels."""
+    return sum(v for k, v in samples.items() if k.startswith(name))
 
 
 def ngram_peer(spec: dict) -> dict:
@@ -131,11 +137,16 @@ def main() -> None:
         shown = prompt if isinstance(prompt, str) else prompt[-1]["content"]
         print(f"\n--- {shown!r}\n{got}" + ("" if got == want else f"\n--- (AR said)\n{want}"))
     print(f"\n{len(prompts)} prompts x {max_tokens} tokens, greedy, {Path(model).name}, vLLM on CPU")
-    print(f"{'':<16} {'tok/fwd':>8} {'tok/s b=1':>10} {'tok/s b=8':>10} {'speedup b=1':>12} {'speedup b=8':>12}")
+    print(f"{'':<16} {'tok/fwd':>8} {'tok/s b=1':>10} {'tok/s b=8':>10} {'speedup b=1':>12} {'speedup b=8':>12} "
+          f"{'drafted b=1':>12} {'drafted b=8':>12}")
     for run in runs:
-        speed = [run.tokens_per_second[b] / ar.tokens_per_second[b] for b in (1, len(prompts))]
+        sizes = (1, len(prompts))
+        speed = [run.tokens_per_second[b] / ar.tokens_per_second[b] for b in sizes]
         print(f"{run.label:<16} {run.tokens_per_forward:>8.2f} {run.tokens_per_second[1]:>10.1f} "
-              f"{run.tokens_per_second[len(prompts)]:>10.1f} {speed[0]:>11.2f}x {speed[1]:>11.2f}x")
+              f"{run.tokens_per_second[len(prompts)]:>10.1f} {speed[0]:>11.2f}x {speed[1]:>11.2f}x "
+              + " ".join(f"{run.drafting[b]:>12.0%}" for b in sizes))
+    print("drafted: the share of a request's steps that forwarded drafts (`diffusion_self` chooses per step by the "
+          "measured cost of a row and its acceptance so far, docs/adaptive-widths.md; the rest are plain AR steps)")
     for run in runs[1:]:
         same = sum(a == b for a, b in zip(ar.texts, run.texts, strict=True))
         print(f"{same}/{len(prompts)} {run.label} answers identical to AR's" + (

@@ -22,14 +22,28 @@ def allowed(req: Any) -> int:
     return req.sampling_params.max_new_tokens - len(req.output_ids)
 
 
-class DiffusionSelfDrafter:
-    """`[seed, mask x k]` forwarded bidirectionally over the prefix (KV overwritten by the verify), with the draft
-    adapter (`draft_adapter`, NLD's LoRA) on for that forward only; drafts from the rows
-    `common.draft_layout.draft_rows` names (greedy ones from one batched argmax without the mask)."""
+class Drafter:
+    """What the verify worker asks of a mode: each request's most drafts this step (`limits`), then its drafts up to
+    the planned widths (`draft`), and the rows of its own forward in the last `draft` (`forwarded_rows`)."""
+
+    forwarded_rows = 0
 
     def __init__(self, config: Any, worker: Any) -> None:
         self.config, self.worker = config, worker
+
+
+class DiffusionSelfDrafter(Drafter):
+    """`[seed, mask x w]` forwarded bidirectionally over the prefix (KV overwritten by the verify), with the draft
+    adapter (`draft_adapter`, NLD's LoRA) on for that forward only; drafts from the rows
+    `common.draft_layout.draft_rows` names (greedy ones from one batched argmax without the mask). No forward when
+    no request drafts (a plain AR step)."""
+
+    def __init__(self, config: Any, worker: Any) -> None:
+        super().__init__(config, worker)
         self.lora: LoRA | None = None
+
+    def limits(self, reqs: list, states: list[RequestState]) -> list[int]:
+        return [draft_width(self.config.num_speculative_tokens, allowed(req) + 1) for req in reqs]
 
     def adapter(self) -> AbstractContextManager:
         """The draft adapter switched on (loaded onto the served model's modules once), or nothing."""
@@ -39,11 +53,12 @@ class DiffusionSelfDrafter:
             self.lora = LoRA(self.worker.model_runner.model, self.config.draft_adapter)
         return self.lora.enabled()
 
-    def draft(self, batch: Any, reqs: list, states: list[RequestState], seeds: list[int]) -> list[Drafts]:
-        width = self.worker.width
-        widths = [draft_width(self.config.num_speculative_tokens, allowed(req) + 1) for req in reqs]
+    def draft(self, batch: Any, reqs: list, states: list[RequestState], seeds: list[int], widths: list[int]
+              ) -> list[Drafts]:
+        self.forwarded_rows = 0
         if not any(widths):
             return [Drafts([]) for _ in reqs]
+        width = 1 + max(widths)
         tokens = torch.full((len(reqs), width), self.config.mask_token_id)
         tokens[:, 0] = torch.tensor(seeds)
         visible = torch.ones(width, width, dtype=torch.bool).tril().repeat(len(reqs), 1, 1)
@@ -51,6 +66,7 @@ class DiffusionSelfDrafter:
             visible[row, : w + 1, : w + 1] = True
         with self.adapter():
             logits = self.worker.run_window(batch, tokens, visible)
+        self.forwarded_rows = tokens.numel()
         best = logits.index_fill(-1, torch.tensor([self.config.mask_token_id], device=logits.device),
                                  float("-inf")).argmax(-1).cpu()
         drafts = []
@@ -69,15 +85,12 @@ class DiffusionSelfDrafter:
         """Nothing carries over: each step drafts afresh."""
 
 
-class FollowingDrafter:
+class FollowingDrafter(Drafter):
     """A `common/` decoder per request (`decoder_class`) whose drafts are verified, which then follows the
     committed run and what the verify forward showed it; resumed from the request's tokens when it has none or
     lost track of them (a retraction)."""
 
     decoder_class: type[Decoder]
-
-    def __init__(self, config: Any, worker: Any) -> None:
-        self.config, self.worker = config, worker
 
     def decoder(self, req: Any, state: RequestState) -> Any:
         if state.decoder is None or state.decoder.num_tokens != len(req.origin_input_ids) + len(req.output_ids):
@@ -92,9 +105,14 @@ class JacobiDrafter(FollowingDrafter):
 
     decoder_class = JacobiDecoder
 
-    def draft(self, batch: Any, reqs: list, states: list[RequestState], seeds: list[int]) -> list[Drafts]:
-        return [Drafts(self.decoder(req, state).main_drafts()[: allowed(req)])
+    def limits(self, reqs: list, states: list[RequestState]) -> list[int]:
+        return [min(len(self.decoder(req, state).main_drafts()), allowed(req))
                 for req, state in zip(reqs, states, strict=True)]
+
+    def draft(self, batch: Any, reqs: list, states: list[RequestState], seeds: list[int], widths: list[int]
+              ) -> list[Drafts]:
+        """The leading `widths` of each decoder's drafts: the decoder follows whatever prefix was verified."""
+        return [Drafts(state.decoder.main_drafts()[:w]) for state, w in zip(states, widths, strict=True)]
 
     def after_verify(self, reqs: list, states: list, logits: torch.Tensor, predicted: torch.Tensor, drafts: list,
                      committed: list) -> None:
@@ -117,7 +135,13 @@ class WeDLMSpecDrafter(FollowingDrafter):
 
     decoder_class = WeDLMSpecDecoder
 
-    def draft(self, batch: Any, reqs: list, states: list[RequestState], seeds: list[int]) -> list[Drafts]:
+    def limits(self, reqs: list, states: list[RequestState]) -> list[int]:
+        return [0 if (d := self.decoder(req, state)).finished else len(d.window_tokens)
+                for req, state in zip(reqs, states, strict=True)]
+
+    def draft(self, batch: Any, reqs: list, states: list[RequestState], seeds: list[int], widths: list[int]
+              ) -> list[Drafts]:
+        """Its whole window (it does not adapt its width: the mask slots draft its next drafts)."""
         drafts = []
         for req, state in zip(reqs, states, strict=True):
             decoder = self.decoder(req, state)

@@ -1,6 +1,7 @@
 """Scheduler hooks for the per-request state our workers hold: released right after the batch that finishes its
 request (not at the next batch, which an idle server never runs), and counted in SGLang's `/server_info`
-(`internal_states[i]["parallel_decoding_entries"]`) so that leaks can be checked from outside."""
+(`internal_states[i]["parallel_decoding_entries"]`) so that leaks can be checked from outside; the width planner's
+choices and cost model beside them (`internal_states[i]["parallel_decoding_width_planner"]`) where the mode adapts."""
 
 from typing import Any
 
@@ -24,3 +25,6 @@ def report_entries(result: Any, controller: Any, state: dict[str, Any]) -> None:
     worker = _worker(controller.scheduler)
     if worker is not None:
         state["parallel_decoding_entries"] = {"requests": len(worker.requests)}
+        planner = getattr(worker, "planner", None)
+        if planner is not None:
+            state["parallel_decoding_width_planner"] = planner.describe()

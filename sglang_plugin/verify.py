@@ -4,25 +4,42 @@ KV is simply overwritten next step.
 
 Prefill and extend batches run as SGLang runs them but without its sampler: a request completing its prompt draws
 its first token with its own generator (`prefill`). Which drafts a request carries is the mode's business
-(`sglang_plugin.drafters`), which may run extra windows of its own.
+(`sglang_plugin.drafters`), which may run extra windows of its own; how many, where the config adapts, the width
+planner's (`common.width_planner`: one width for the batch, SGLang's verify window being rectangular).
 """
 
+import logging
+import time
 from typing import Any
 
 import torch
 
 from common.acceptance import accept_greedy_batch, verify
 from common.sampling import choose
+from common.width_planner import Shape, StepCost, WidthPlanner
 from sglang_plugin.drafters import make_drafter
 from sglang_plugin.drafts import RequestState
 from sglang_plugin.logprobs import MISSING, Entry, asked, entries
 from sglang_plugin.worker import PluginWorker, sampling_of
 
+logger = logging.getLogger(__name__)
+LOG_EVERY_S = 10.0
+
 
 class VerifyWorker(PluginWorker):
+    logged = 0.0
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.drafter = make_drafter(self.mode, self.config, self)
+        self.planner = None
+        if getattr(self.config, "adapts", False):
+            shape = Shape(uniform=True, extra_forward=self.mode == "diffusion_self")
+            self.planner = WidthPlanner(self.width - 1, shape, StepCost(self.config.step_cost))
+
+    def dropped(self, rid: str) -> None:
+        if self.planner is not None:
+            self.planner.forget([rid])
 
     def state(self, req: Any) -> RequestState:
         state = self.held(req)
@@ -35,12 +52,18 @@ class VerifyWorker(PluginWorker):
     def forward_batch_generation(self, batch: Any, on_publish: Any = None, pp_proxy_tensors: Any = None) -> Any:
         if not batch.forward_mode.is_decode():
             return self.prefill(batch, on_publish)
+        started = time.perf_counter()
         states = [self.state(req) for req in batch.reqs]
         seeds = [req.output_ids[-1] for req in batch.reqs]
-        drafts = self.drafter.draft(batch, batch.reqs, states, seeds)
-        tokens = torch.tensor([[seed, *d.tokens] + [seed] * (self.width - 1 - len(d.tokens))
+        limits = self.drafter.limits(batch.reqs, states)
+        if self.planner is not None:
+            seeded = [state.sampling.seed is not None for state in states]
+            limits = self.planner.plan([r.rid for r in batch.reqs], limits, seeded).tolist()
+        drafts = self.drafter.draft(batch, batch.reqs, states, seeds, limits)
+        width = 1 + max(len(d.tokens) for d in drafts)
+        tokens = torch.tensor([[seed, *d.tokens] + [seed] * (width - 1 - len(d.tokens))
                                for seed, d in zip(seeds, drafts, strict=True)])
-        chain = torch.ones(self.width, self.width, dtype=torch.bool).tril().expand(len(seeds), -1, -1)
+        chain = torch.ones(width, width, dtype=torch.bool).tril().expand(len(seeds), -1, -1)
         logits = self.run_window(batch, tokens, chain)
         predicted = logits.argmax(-1).cpu()
         greedy = accept_greedy_batch([d.tokens for d in drafts], predicted)
@@ -49,6 +72,15 @@ class VerifyWorker(PluginWorker):
                             state.sampling, state.generator, d.probs)
                      for row, (state, d, run) in enumerate(zip(states, drafts, greedy, strict=True))]
         self.drafter.after_verify(batch.reqs, states, logits, predicted, drafts, committed)
+        if self.planner is not None:
+            self.planner.record([r.rid for r in batch.reqs], [len(d.tokens) for d in drafts],
+                                [len(run) - 1 for run in committed])
+            draft_rows = self.drafter.forwarded_rows
+            now = time.perf_counter()
+            self.planner.cost.observe(tokens.numel() + draft_rows, int(draft_rows > 0), now - started)
+            if now - self.logged > LOG_EVERY_S:
+                self.logged = now
+                logger.info("parallel-decoding width planner (%s): %s", self.mode, self.planner.describe())
         return self.result(batch, committed, on_publish, self.chain_logprobs(batch, logits, committed))
 
     @staticmethod

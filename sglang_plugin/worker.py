@@ -96,6 +96,10 @@ class PluginWorker(BaseSpecWorker):
             req = owner()
             if req is None or req.finished():
                 del self.requests[rid]
+                self.dropped(rid)
+
+    def dropped(self, rid: str) -> None:
+        """A request's state was let go."""
 
     def run_window(self, batch: Any, tokens: torch.Tensor, visible: torch.Tensor, positions: torch.Tensor | None = None,
                    starts: torch.Tensor | None = None, locations: torch.Tensor | None = None) -> torch.Tensor:

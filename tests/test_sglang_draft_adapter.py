@@ -47,7 +47,7 @@ def test_adapter_in_draft_pass_only(engine_dir, prompts, tmp_path, cpu_engine_en
     ids = [tokenizer.encode(p) for p in prompts[:8]]
     want = [ReferenceRunner(model).run(make_decoder("ar", None, p, SamplingParams(), Limits(MAX_TOKENS)))
             for p in ids]
-    config = {"num_speculative_tokens": 4}
+    config = {"num_speculative_tokens": 4, "adaptive": False}
     plain, plain_steps = run(path, config, ids)
     adapted, adapted_steps = run(path, {**config, "draft_adapter": "lora"}, ids)
     print(f"verify steps: {plain_steps} without the adapter, {adapted_steps} with it")

@@ -48,6 +48,29 @@ def test_engine_keywords_equal_reference(engine_dir, prompts, cpu_engine_env):
                  [e.margins for e in expected])
 
 
+def test_the_width_planner_decides_what_is_forwarded(engine_dir, prompts, cpu_engine_env):
+    """`diffusion_self`: with rows dear (`step_cost`) every step is a plain AR step, one token each; with rows free
+    every step drafts the full width and accepts what `adaptive: false` does; the reference's AR tokens either way."""
+    model, tokenizer = load(engine_dir["qwen3"])
+    ids = [tokenizer.encode(prompt) for prompt in prompts[:6]]
+    expected = [ReferenceRunner(model).run(make_decoder("ar", parse_config("ar"), p, SamplingParams(), Limits(20)))
+                for p in ids]
+    steps = {}
+    for label, extra in {"dear": {"step_cost": [0.01, 1.0, 1.0]}, "free": {"step_cost": [1.0, 0.0, 0.0]},
+                         "fixed": {"adaptive": False}}.items():
+        engine = sglang.Engine(model_path=str(engine_dir["qwen3"]), decode_mode="diffusion_self",
+                               decode_config={"num_speculative_tokens": 4, **extra}, **CPU_KWARGS)
+        try:
+            outputs = engine.generate(input_ids=ids, sampling_params={"temperature": 0, "max_new_tokens": 20,
+                                                                      "ignore_eos": True})
+        finally:
+            engine.shutdown()
+        ties.compare([out["output_ids"] for out in outputs], [e.token_ids for e in expected],
+                     [e.margins for e in expected])
+        steps[label] = sum(out["meta_info"]["spec_verify_ct"] for out in outputs)
+    assert steps["dear"] == 19 * len(ids) and steps["free"] == steps["fixed"] < steps["dear"]
+
+
 @pytest.mark.parametrize(("kwargs", "message"), [
     ({"decode_mode": "assd"}, "decode_mode must be one of"),
     ({"decode_config": {"window": 4}}, "decode_config needs decode_mode"),

@@ -23,9 +23,9 @@ from tests import ties
 
 MAX_TOKENS = 29
 MODES = [
-    ("diffusion_self", '{"num_speculative_tokens": 4}'),
-    ("diffusion_self", '{"num_speculative_tokens": 16}'),
-    ("jacobi", '{"block_size": 4}'),
+    ("diffusion_self", '{"num_speculative_tokens": 4, "adaptive": false}'),
+    ("diffusion_self", '{"num_speculative_tokens": 16, "step_cost": [1, 0, 0]}'),
+    ("jacobi", '{"block_size": 4, "step_cost": [1, 0, 0]}'),
 ]
 
 

@@ -20,8 +20,9 @@ from tests import ties
 MAX_TOKENS = 32
 # `--decode-mode` and `--decode-config` of each method (the vLLM test's speculative configs)
 METHODS = {
-    "diffusion_self": ("diffusion_self", {"num_speculative_tokens": 8, "draft_adapter": "draft_lora"}),
-    "jacobi": ("jacobi", {"block_size": 8}),
+    "diffusion_self": ("diffusion_self", {"num_speculative_tokens": 8, "draft_adapter": "draft_lora",
+                                          "adaptive": False}),
+    "jacobi": ("jacobi", {"block_size": 8, "adaptive": False}),
     "jacobi_recycling": ("jacobi", {"block_size": 8, "num_blocks": 2, "pool_size": 4, "recycling": "linear"}),
     "diffusion_self_quadratic": ("diffusion_self", {"mode": "quadratic", "num_speculative_tokens": 3,
                                                     "draft_adapter": "draft_lora"}),

@@ -106,7 +106,8 @@ def summed(runs: list[AcceptanceStats]) -> AcceptanceStats:
 @pytest.mark.parametrize("spec", [METHODS[1], METHODS[3]], ids=["diffusion_self", "jacobi"])
 def test_metrics_match_reference(engine_dir, prompts, spec):
     """On the prompts whose decoding takes no near-tied decision (drafts included), vLLM's counters are the
-    reference runner's."""
+    reference runner's (at the configured width: `adaptive` off)."""
+    spec = {**spec, "adaptive": False}
     settings = {k: v for k, v in spec.items() if k != "method"}
     prompts = untied(engine_dir["qwen3"], spec["method"], settings, prompts)
     assert len(prompts) >= 24
@@ -116,6 +117,24 @@ def test_metrics_match_reference(engine_dir, prompts, spec):
     want = reference_stats(engine_dir["qwen3"], spec["method"], settings, prompts)
     assert got == want
     assert got.num_accepted_tokens > 0
+
+
+@pytest.mark.parametrize("spec", [METHODS[1], METHODS[3]], ids=["diffusion_self", "jacobi"])
+def test_the_width_planner_decides_what_is_forwarded(engine_dir, requests, spec):
+    """With rows dear (`step_cost`: a row costs a hundred times a step's base) no request drafts: every step is a
+    plain AR step; with rows free every request drafts the full width, as `adaptive: false` does. AR's output
+    either way."""
+    batch, params, expected = requests
+
+    def drafted(extra: dict) -> tuple[list, int]:
+        """Outputs and draft tokens of an engine that is gone when this returns (one engine at a time)."""
+        with engine(engine_dir["qwen3"], {**spec, **extra}) as llm:
+            return llm.generate(batch, params), acceptance(llm).num_draft_tokens
+
+    dear, none = drafted({"step_cost": [0.01, 1.0, 1.0]})
+    assert none == 0
+    assert [o.outputs[0].token_ids for o in dear] == [w.outputs[0].token_ids for w in expected]
+    assert drafted({"step_cost": [1.0, 0.0, 0.0]})[1] == drafted({"adaptive": False})[1] > 0
 
 
 def test_off_by_one_acceptance_fails_the_comparison(engine_dir, requests, monkeypatch):

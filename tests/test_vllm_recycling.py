@@ -40,7 +40,7 @@ def test_recycling_equals_ar_and_earns_its_forwards(cyclic, num_blocks):
     ar = [reference(model, None, p)[0].token_ids for p in prompts]
     plain = summed([reference(model, {**settings, "pool_size": 0}, p)[1] for p in prompts])
     want = summed([reference(model, settings, p)[1] for p in prompts])
-    with engine(path, {"method": "jacobi", **settings}, skip_tokenizer_init=True) as llm:
+    with engine(path, {"method": "jacobi", "adaptive": False, **settings}, skip_tokenizer_init=True) as llm:
         outputs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts],
                                SamplingParams(temperature=0, max_tokens=MAX_TOKENS, detokenize=False),
                                use_tqdm=False)

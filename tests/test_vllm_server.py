@@ -19,8 +19,8 @@ from tests import ties
 from tests.test_vllm_lossless import MAX_TOKENS, STOP_AT
 
 SERVED = [
-    {"method": "diffusion_self", "num_speculative_tokens": 4},
-    {"method": "jacobi", "block_size": 4},
+    {"method": "diffusion_self", "num_speculative_tokens": 4, "adaptive": False},
+    {"method": "jacobi", "block_size": 4, "step_cost": [1.0, 0.0, 0.0]},  # rows free: the full width
     {"method": "wedlm", "window": 8, "entropy_threshold": 5.0},
     {"method": "diffusion", "block_size": 8, "confidence_threshold": 0.1},
     {"method": "huginn", "sampler": "wavefront", "num_steps": 32, "inner_recurrence": 4},

@@ -14,9 +14,11 @@ from vllm_plugin.metrics import acceptance
 
 MAX_TOKENS = 32
 METHODS = {
-    "diffusion_self": {"method": "diffusion_self", "num_speculative_tokens": 8, "draft_adapter": "draft_lora"},
-    "jacobi": {"method": "jacobi", "block_size": 8},
-    "jacobi_recycling": {"method": "jacobi", "block_size": 8, "num_blocks": 2, "pool_size": 4, "recycling": "linear"},
+    "diffusion_self": {"method": "diffusion_self", "num_speculative_tokens": 8, "draft_adapter": "draft_lora",
+                       "adaptive": False},
+    "jacobi": {"method": "jacobi", "block_size": 8, "adaptive": False},
+    "jacobi_recycling": {"method": "jacobi", "block_size": 8, "num_blocks": 2, "pool_size": 4, "recycling": "linear",
+                         "adaptive": False},
     "diffusion_self_quadratic": {"method": "diffusion_self", "mode": "quadratic", "num_speculative_tokens": 3,
                                  "draft_adapter": "draft_lora"},
 }

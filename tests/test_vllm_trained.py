@@ -16,8 +16,8 @@ from vllm_plugin.metrics import acceptance
 
 MAX_TOKENS = 48
 SERVED = [
-    ("jacobi_forcing", {"method": "jacobi", "block_size": 8, "pool_size": 4, "recycling": "linear"}),  # the demo's
-    ("nld", {"method": "diffusion_self", "num_speculative_tokens": 7}),
+    ("jacobi_forcing", {"method": "jacobi", "block_size": 8, "pool_size": 4, "recycling": "linear", "adaptive": False}),
+    ("nld", {"method": "diffusion_self", "num_speculative_tokens": 7, "adaptive": False}),
 ]
 
 

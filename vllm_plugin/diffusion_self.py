@@ -14,12 +14,17 @@ import torch
 from common.diffusion_self import draft_width, draft_window, propose
 from common.lora import LoRA
 from common.sampling import SamplingParams
+from common.width_planner import Shape
 from vllm_plugin.paged_forward import PagedWindow, run_windows
 from vllm_plugin.proposer import PluginProposer
 
 
 class DiffusionSelfProposer(PluginProposer):
     lora: LoRA | None = None
+
+    def __init__(self, vllm_config: Any) -> None:
+        super().__init__(vllm_config)
+        self.plan_by_load(self.config.num_speculative_tokens, Shape(extra_forward=True))
 
     def adapter(self, runner: Any) -> AbstractContextManager:
         """The draft adapter switched on (loaded onto the served model's modules once), or nothing."""
@@ -34,19 +39,22 @@ class DiffusionSelfProposer(PluginProposer):
     ) -> tuple[list[list[int]], torch.Tensor | None]:
         batch = runner.input_batch
         k = self.config.num_speculative_tokens
+        limits = [draft_width(k, state.sampling_params.max_tokens - len(state.output_token_ids))
+                  if sampled_token_ids[row] else 0
+                  for row, state in enumerate(runner.requests[req_id] for req_id in batch.req_ids)]
         windows = []
-        for row, req_id in enumerate(batch.req_ids):
-            state = runner.requests[req_id]
-            width = draft_width(k, state.sampling_params.max_tokens - len(state.output_token_ids))
-            if sampled_token_ids[row] and width > 0:
+        for row, width in enumerate(self.widths(runner, scheduler_output, sampled_token_ids, limits)):
+            if width > 0:
                 seed_position = int(batch.num_tokens_no_spec[row]) - 1
                 forward = draft_window(sampled_token_ids[row][-1], seed_position, width, self.config)
                 windows.append(PagedWindow(row, seed_position, forward))
         drafts: list[list[int]] = [[] for _ in batch.req_ids]
-        if not windows:
+        if not windows:  # a plain AR step: NLD's AR mode
+            self.step_done(scheduler_output)
             return drafts, None
         with self.adapter(runner):
             logits = run_windows(runner, windows).float()
+        self.step_done(scheduler_output, sum(w.forward.token_ids.numel() for w in windows))
         requests = [self.request(runner, batch.req_ids[w.row]) for w in windows]
         widths = [w.forward.logit_rows.numel() for w in windows]
         if all(sampling.greedy for sampling, _ in requests):

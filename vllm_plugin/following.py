@@ -1,7 +1,8 @@
 """Proposers whose per-request `common/` decoder follows vLLM's verification (Jacobi, WeDLM-drafted speculation):
 the decoder's drafts are verified by vLLM's rejection sampler, then it follows the committed tokens and what the
 verify forward showed it (`seen`, taken in `before_sample`). A request it lost track of (its first step, or after
-a preemption) gets a decoder resumed from its tokens so far.
+a preemption) gets a decoder resumed from its tokens so far. Where the method adapts its widths, the planner's
+leading drafts are verified; the decoder follows whatever prefix was.
 """
 
 from dataclasses import dataclass
@@ -48,6 +49,9 @@ class FollowingProposer(PluginProposer):
                 state.seen = None
             drafts.append([] if state.decoder.finished else self.drafts_of(state.decoder))
             states.append(state)
+        widths = self.widths(runner, scheduler_output, sampled_token_ids, [len(d) for d in drafts])
+        drafts = [d[:w] for d, w in zip(drafts, widths, strict=True)]
+        self.step_done(scheduler_output)
         return drafts, self.proposals(runner, drafts, states)
 
     def resume(self, runner: Any, row: int, req_id: str, num_tokens: int) -> FollowedRequest:

@@ -16,6 +16,10 @@ from vllm_plugin.following import FollowingProposer
 class JacobiProposer(FollowingProposer):
     decoder_class = JacobiDecoder
 
+    def __init__(self, vllm_config: Any) -> None:
+        super().__init__(vllm_config)
+        self.plan_by_load(self.config.block_size * self.config.num_blocks)
+
     def before_sample(self, runner: Any, logits: torch.Tensor, metadata: Any) -> None:
         """Each verified request's per-position predictions: the greedy argmax, or a sample."""
         if metadata is None:

@@ -1,4 +1,5 @@
-"""vLLM's speculative-decoding counters read back in the form `common/` records them."""
+"""vLLM's speculative-decoding counters read back in the form `common/` records them, and the width planner's
+choices (`common.width_planner`) read from the engine's worker."""
 
 from typing import Any
 
@@ -14,3 +15,14 @@ def acceptance(llm: Any) -> AcceptanceStats:
         num_draft_tokens=metrics["vllm:spec_decode_num_draft_tokens"].value,
         accepted_per_position=list(per_position.values) if per_position else [],
     )
+
+
+def planner(llm: Any) -> dict | None:
+    """The width planner's `describe()` in an offline `LLM`'s worker (None: the method does not adapt)."""
+    return llm.collective_rpc(_describe_planner)[0]
+
+
+def _describe_planner(worker: Any) -> dict | None:
+    drafter = getattr(worker.model_runner, "drafter", None)
+    plan = getattr(drafter, "planner", None)
+    return None if plan is None else plan.describe()

@@ -1,7 +1,8 @@
 """A vLLM worker extension that reports the plugin's per-request state, so a server's leaks can be counted.
 
 Serve with `--worker-extension-cls vllm_plugin.probe.StateProbe` and `VLLM_SERVER_DEV_MODE=1`, then
-`POST /collective_rpc {"method": "parallel_decoding_entries"}` answers one `{table: entries}` per worker.
+`POST /collective_rpc {"method": "parallel_decoding_entries"}` answers one `{table: entries}` per worker
+(`parallel_decoding_width_planner`: the width planner's choices and fitted cost model).
 """
 
 from typing import Any
@@ -18,3 +19,9 @@ class StateProbe:
 
         drafter = getattr(self.model_runner, "drafter", None)
         return drafter.entries if isinstance(drafter, PluginProposer) else {}
+
+    def parallel_decoding_width_planner(self) -> dict:
+        """The width planner's choices and cost model (`common.width_planner`; empty when the method does not
+        adapt)."""
+        plan = getattr(getattr(self.model_runner, "drafter", None), "planner", None)
+        return {} if plan is None else plan.describe()

@@ -1,15 +1,21 @@
 """The base of our vLLM proposers: the method's typed config, per-request sampling, and the runner hooks."""
 
+import logging
+import time
 from typing import Any
 
 import torch
 
 from common.methods import parse_config
 from common.sampling import SamplingParams
+from common.width_planner import Shape, StepCost, WidthPlanner
 from vllm_plugin import cpu_kernels, runner_hooks
 from vllm_plugin.config import ADDITIONAL_CONFIG_KEY
 
+logger = logging.getLogger("vllm.parallel_decoding")  # under vLLM's own logger, so its handler prints it
+
 GREEDY_EPS = 1e-5
+LOG_EVERY_S = 10.0
 DRAFT_SEED_STRIDE = 0x9E3779B97F4A7C15
 
 
@@ -21,7 +27,12 @@ def request_sampling(params: Any) -> SamplingParams:
 
 class PluginProposer(runner_hooks.Hooked):
     """A `custom_class` proposer driven through `runner_hooks` with the model runner in hand: its per-request
-    sampling, generators and state, and the method's typed config."""
+    sampling, generators and state, the method's typed config, and its width planner where the method adapts its
+    widths by load (`widths`, timed from each step's start to the end of its drafting)."""
+
+    planner: WidthPlanner | None = None
+    step_started: float | None = None
+    logged = 0.0
 
     def __init__(self, vllm_config: Any) -> None:
         settings = vllm_config.additional_config[ADDITIONAL_CONFIG_KEY]
@@ -32,6 +43,39 @@ class PluginProposer(runner_hooks.Hooked):
         self.requests: dict[str, Any] = {}  # the method's own per-request state, where it keeps one
         runner_hooks.install()
         cpu_kernels.install()
+
+    def plan_by_load(self, max_width: int, shape: Shape | None = None) -> None:
+        """Choose widths per step with a `common.width_planner` when the config adapts."""
+        if getattr(self.config, "adapts", False):
+            self.planner = WidthPlanner(max_width, shape or Shape(), StepCost(self.config.step_cost))
+
+    def begin_step(self, runner: Any, scheduler_output: Any) -> None:
+        self.step_started = time.perf_counter()
+
+    def widths(self, runner: Any, scheduler_output: Any, sampled_token_ids: list[list[int]], limits: list[int]
+               ) -> list[int]:
+        """Drafts per batch row for the next step: the planner's, after it has seen how this step's verification
+        went (drafts scheduled, accepted), or `limits` without a planner (and for seeded requests while the cost is
+        measured: `WidthPlanner.plan`)."""
+        if self.planner is None:
+            return limits
+        req_ids = list(runner.input_batch.req_ids)
+        scheduled = scheduler_output.scheduled_spec_decode_tokens
+        self.planner.record(req_ids, [len(scheduled.get(req_id, ())) for req_id in req_ids],
+                            [max(len(sampled) - 1, 0) for sampled in sampled_token_ids])
+        seeded = [runner.requests[req_id].sampling_params.seed is not None for req_id in req_ids]
+        return self.planner.plan(req_ids, limits, seeded).tolist()
+
+    def step_done(self, scheduler_output: Any, draft_rows: int = 0) -> None:
+        """The step's cost for the planner: its scheduled rows and `draft_rows` in a draft forward of its own."""
+        if self.planner is not None and self.step_started is not None:
+            now = time.perf_counter()
+            self.planner.cost.observe(scheduler_output.total_num_scheduled_tokens + draft_rows, int(draft_rows > 0),
+                                      now - self.step_started)
+            if now - self.logged > LOG_EVERY_S:
+                self.logged = now
+                logger.info("parallel-decoding width planner (%s): %s", self.method, self.planner.describe())
+        self.step_started = None
 
     def load_model(self, target_model: torch.nn.Module) -> None:
         """vLLM hands the target model over; drafts run it through the runner, which holds it too."""
@@ -64,6 +108,8 @@ class PluginProposer(runner_hooks.Hooked):
 
     def forget(self, finished_req_ids: set[str]) -> None:
         """Drop the state of requests vLLM has finished or aborted."""
+        if self.planner is not None:
+            self.planner.forget(finished_req_ids)
         for req_id in finished_req_ids:
             self.sampling.pop(req_id, None)
             self.generators.pop(req_id, None)

@@ -44,6 +44,9 @@ class Hooked:
     def forget(self, finished_req_ids: set[str]) -> None:
         """Drop the state of requests vLLM has finished or aborted."""
 
+    def begin_step(self, runner: Any, scheduler_output: Any) -> None:
+        """A step starts (before the runner takes in its scheduler output)."""
+
 
 def install() -> None:
     """Wrap `GPUModelRunner.propose_draft_token_ids`, `_input_fits_in_drafter`, `_update_states`, `_sample`,
@@ -76,6 +79,7 @@ def install() -> None:
         only to announce them."""
         drafter = getattr(self, "drafter", None)
         if isinstance(drafter, Hooked):
+            drafter.begin_step(self, scheduler_output)
             drafter.forget(scheduler_output.finished_req_ids)
         return update_states(self, scheduler_output)
 

@@ -1,0 +1,231 @@
+"""Speculation widths chosen per step by load: before each step every request gets the number of drafts to forward
+(0: a plain AR step for it) that maximises the step's expected committed tokens per second.
+
+Two inputs, both measured in the serving process: what a step costs as a function of its rows (`StepCost`, fitted
+from the engine's own recent step times) and how far each request's drafts get accepted (`AcceptanceTable`, per
+draft position and conditional on the positions before it, with the method's recent requests as the prior). The
+plan is a greedy marginal allocation over the batch's (request, position) pairs in one sort, deterministic given
+those inputs, so a test can drive it with a fixed `StepCost`. Lossless methods' output does not depend on it.
+"""
+
+from collections import deque
+from dataclasses import dataclass
+
+import torch
+
+from common.errors import require
+
+
+def check_step_cost(step_cost: object) -> None:
+    """A method config's `step_cost`: None (measured) or three seconds >= 0 (per step, per row, per extra forward)."""
+    require(step_cost is None or (isinstance(step_cost, list | tuple) and len(step_cost) == 3
+                                  and all(isinstance(v, int | float) and v >= 0 for v in step_cost)
+                                  and step_cost[0] > 0),
+            "step_cost", "null or [seconds per step > 0, per row >= 0, per extra forward >= 0]", step_cost)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """How a method's step spends rows on drafts: `extra_forward`, a draft forward of its own with `[seed, mask x w]`
+    per drafting request (linear `diffusion_self`); `uniform`, every request forwards the batch's widest window
+    (an engine whose verify layout is rectangular, SGLang's)."""
+
+    extra_forward: bool = False
+    uniform: bool = False
+
+
+class StepCost:
+    """Seconds of a step as `base + per_row * rows + per_forward * extra_forwards`, least squares over the last
+    `window` measured steps plus a prior (a wide step of 16 rows costs 1.4x one row; an extra forward costs a
+    base) worth `prior_weight` steps at the measured scale, which settles what the steps seen cannot (all of one
+    width). `fixed` coefficients are used as given and never refitted (tests, reproducing a run)."""
+
+    PRIOR = (1.0, 0.025, 1.0)  # base, per row, per extra forward; in units of the base
+
+    def __init__(self, fixed: tuple[float, float, float] | None = None, window: int = 128,
+                 prior_weight: float = 4.0) -> None:
+        self.fixed = fixed
+        self.steps: deque[tuple[float, float, float]] = deque(maxlen=window)  # rows, extra forwards, seconds
+        self.prior_weight = prior_weight
+        self._fit: tuple[float, float, float] | None = None
+
+    def observe(self, rows: int, extra_forwards: int, seconds: float) -> None:
+        """One step that forwarded `rows` in all and `extra_forwards` forwards beyond the first took `seconds`."""
+        if self.fixed is None and rows > 0 and seconds > 0:
+            self.steps.append((float(rows), float(extra_forwards), seconds))
+            self._fit = None
+
+    @property
+    def coefficients(self) -> tuple[float, float, float]:
+        """(seconds per step, per row, per extra forward); the prior's shape at unit scale before any step."""
+        if self.fixed is not None:
+            return self.fixed
+        if self._fit is None:
+            self._fit = self.fitted()
+        return self._fit
+
+    def fitted(self) -> tuple[float, float, float]:
+        if not self.steps:
+            return self.PRIOR
+        seen = torch.tensor(list(self.steps), dtype=torch.float64)
+        rows, extra, seconds = seen.unbind(1)
+        prior = torch.tensor(self.PRIOR, dtype=torch.float64)
+        scale = (seconds / (prior[0] + prior[1] * rows + prior[2] * extra)).median()
+        # The prior as pseudo-steps: one row, 64 rows, one row and an extra forward.
+        pseudo = torch.tensor([[1.0, 1.0, 0.0], [1.0, 64.0, 0.0], [1.0, 1.0, 1.0]], dtype=torch.float64)
+        design = torch.cat([torch.stack([torch.ones_like(rows), rows, extra], 1), pseudo])
+        target = torch.cat([seconds, scale * pseudo @ prior])
+        weights = torch.cat([torch.ones_like(seconds), torch.full((3,), self.prior_weight / 3, dtype=torch.float64)])
+        root = weights.sqrt()[:, None]
+        solution = torch.linalg.lstsq(design * root, target[:, None] * root).solution.squeeze(1)
+        base = max(float(solution[0]), 1e-3 * float(scale))
+        return base, max(float(solution[1]), 0.0), max(float(solution[2]), 0.0)
+
+
+class AcceptanceTable:
+    """Per request and draft position: how often the position was verified and accepted (recent steps weigh more,
+    by `decay` per step of the request), read as a conditional acceptance rate shrunk towards the method's own rate
+    over its recent requests (`prior_strength` steps' worth), itself starting from an optimistic `initial`."""
+
+    def __init__(self, max_width: int, prior_strength: float = 2.0, decay: float = 0.9, initial: float = 0.8,
+                 method_decay: float = 0.995) -> None:
+        self.max_width = max_width
+        self.prior_strength, self.decay, self.method_decay = prior_strength, decay, method_decay
+        self.initial = initial
+        self.slots: dict[str, int] = {}
+        self.free: list[int] = []
+        self.counts = torch.zeros(0, 2, max_width, dtype=torch.float64)  # [slot, (tried, accepted), position]
+        self.method = torch.zeros(2, max_width, dtype=torch.float64)
+
+    def slot(self, key: str) -> int:
+        if key not in self.slots:
+            if not self.free:
+                grown = max(8, 2 * len(self.counts))
+                self.free = list(range(grown - 1, len(self.counts) - 1, -1))
+                self.counts = torch.cat([self.counts, torch.zeros(grown - len(self.counts), 2, self.max_width,
+                                                                  dtype=torch.float64)])
+            self.slots[key] = index = self.free.pop()
+            self.counts[index] = 0
+        return self.slots[key]
+
+    def rates(self, keys: list[str]) -> torch.Tensor:
+        """[len(keys), max_width] conditional acceptance rates."""
+        tried, accepted = self.method
+        strength = self.prior_strength
+        method_rate = (accepted + strength * self.initial) / (tried + strength)
+        slots = [self.slot(key) for key in keys]
+        counts = self.counts[slots]
+        return (counts[:, 1] + strength * method_rate) / (counts[:, 0] + strength)
+
+    def record(self, keys: list[str], verified: torch.Tensor, accepted: torch.Tensor) -> None:
+        """Each request verified `verified` drafts and accepted the first `accepted` of them."""
+        positions = torch.arange(self.max_width)
+        verified = verified.clamp(max=self.max_width)
+        tried = (positions < torch.minimum(accepted + 1, verified)[:, None]).double()
+        hits = (positions < accepted[:, None]).double()
+        slots = torch.tensor([self.slot(key) for key in keys], dtype=torch.long)
+        step = torch.stack([tried, hits], 1)
+        drafting = (verified > 0)[:, None, None]
+        self.counts[slots] = torch.where(drafting, self.counts[slots] * self.decay + step, self.counts[slots])
+        if bool(drafting.any()):
+            self.method = self.method * self.method_decay + step.sum(0)
+
+    def forget(self, keys: list[str] | set[str]) -> None:
+        for key in keys:
+            if (index := self.slots.pop(key, None)) is not None:
+                self.free.append(index)
+
+
+@dataclass
+class PlannerStats:
+    """What the planner chose so far: steps planned, steps with no draft at all (plain AR), drafts planned."""
+
+    steps: int = 0
+    ar_steps: int = 0
+    drafts: int = 0
+
+    @property
+    def ar_share(self) -> float:
+        return self.ar_steps / self.steps if self.steps else 0.0
+
+
+class WidthPlanner:
+    """Drafts per request for the next step, up to `max_width` and each request's own limit (see the module)."""
+
+    def __init__(self, max_width: int, shape: Shape = Shape(), cost: StepCost | None = None,
+                 acceptance: AcceptanceTable | None = None) -> None:
+        require(isinstance(max_width, int) and max_width >= 1, "max_width", "a positive integer", max_width)
+        self.max_width = max_width
+        self.shape = shape
+        self.cost = cost or StepCost()
+        self.acceptance = acceptance or AcceptanceTable(max_width)
+        self.stats = PlannerStats()
+
+    def plan(self, keys: list[str], limits: torch.Tensor | list[int], seeded: list[bool] | None = None
+             ) -> torch.Tensor:
+        """Widths [len(keys)], each in 0..min(max_width, its limit). A `seeded` request keeps its limit while the
+        cost is measured: its draws, hence its tokens under sampling, must not depend on this process's timings
+        (with a fixed `StepCost` the plan is a function of the requests' acceptance, and seeded ones follow it)."""
+        limits = torch.as_tensor(limits, dtype=torch.long).clamp(0, self.max_width)
+        if not keys:
+            return limits
+        gains = self.acceptance.rates(keys).cumprod(1)  # expected extra tokens from each position
+        gains = torch.where(torch.arange(self.max_width) < limits[:, None], gains, torch.zeros_like(gains))
+        widths = self._uniform(gains) if self.shape.uniform else self._ragged(gains)
+        widths = torch.minimum(widths, limits)
+        if seeded is not None and self.cost.fixed is None:
+            widths = torch.where(torch.tensor(seeded, dtype=torch.bool), limits, widths)
+        self.stats.steps += 1
+        self.stats.ar_steps += int(not bool(widths.any()))
+        self.stats.drafts += int(widths.sum())
+        return widths
+
+    def _ragged(self, gains: torch.Tensor) -> torch.Tensor:
+        """The best count n of (request, position) pairs, taken in decreasing gain (within a request its gains
+        never grow, so the pairs taken are each request's leading positions)."""
+        batch, width = gains.shape
+        order = torch.sort(-gains.flatten(), stable=True).indices
+        taken = gains.flatten()[order]
+        owners = order // width
+        firsts = (order % width == 0).double()  # the pair opening a request's draft window
+        n = torch.arange(batch * width + 1, dtype=torch.float64)
+        tokens = batch + torch.cat([torch.zeros(1, dtype=torch.float64), taken.cumsum(0)])
+        rows = batch + n
+        extra = (n > 0).double()
+        if self.shape.extra_forward:
+            rows = rows + n + torch.cat([torch.zeros(1, dtype=torch.float64), firsts.cumsum(0)])
+        base, per_row, per_forward = self.cost.coefficients
+        seconds = base + per_row * rows + (per_forward * extra if self.shape.extra_forward else 0.0)
+        best = int(torch.argmax(tokens / seconds))  # the first of equal rates: the fewest rows
+        return torch.bincount(owners[:best], minlength=batch)
+
+    def _uniform(self, gains: torch.Tensor) -> torch.Tensor:
+        """One width w for the whole batch, every request forwarding 1 + w rows (and as many drafting)."""
+        batch, width = gains.shape
+        w = torch.arange(width + 1, dtype=torch.float64)
+        tokens = batch + torch.cat([torch.zeros(1, dtype=torch.float64), gains.sum(0).cumsum(0)])
+        rows = batch * (1 + w)
+        extra = (w > 0).double()
+        if self.shape.extra_forward:
+            rows = rows + extra * batch * (1 + w)
+        base, per_row, per_forward = self.cost.coefficients
+        seconds = base + per_row * rows + (per_forward * extra if self.shape.extra_forward else 0.0)
+        best = int(torch.argmax(tokens / seconds))
+        return torch.full((batch,), best, dtype=torch.long)
+
+    def describe(self) -> dict[str, float]:
+        """What the planner chose and the cost model it chose by, for logs, metrics and the bench."""
+        base, per_row, per_forward = self.cost.coefficients
+        return {"steps": self.stats.steps, "ar_share": round(self.stats.ar_share, 4),
+                "drafts_per_step": round(self.stats.drafts / max(self.stats.steps, 1), 3),
+                "step_ms": round(1e3 * base, 3), "row_ms": round(1e3 * per_row, 4),
+                "extra_forward_ms": round(1e3 * per_forward, 3), "measured_steps": len(self.cost.steps)}
+
+    def record(self, keys: list[str], verified: torch.Tensor | list[int], accepted: torch.Tensor | list[int]) -> None:
+        """The step's verification: drafts verified and accepted per request."""
+        if keys:
+            self.acceptance.record(keys, torch.as_tensor(verified, dtype=torch.long),
+                                   torch.as_tensor(accepted, dtype=torch.long))
+
+    def forget(self, keys: list[str] | set[str]) -> None:
+        self.acceptance.forget(keys)

@@ -1,0 +1,104 @@
+"""The width planner (`common.width_planner`): the widths it gives follow the cost of rows and each request's
+acceptance, deterministically; its cost model recovers a step's cost from measured steps."""
+
+import torch
+
+from common.width_planner import AcceptanceTable, Shape, StepCost, WidthPlanner
+
+KEYS = ["a", "b", "c", "d"]
+
+
+def planner(cost: tuple[float, float, float], shape: Shape | None = None, width: int = 8) -> WidthPlanner:
+    return WidthPlanner(width, shape or Shape(), StepCost(cost))
+
+
+def accepting(plan: WidthPlanner, keys: list[str], accepted: list[int], steps: int = 20) -> None:
+    """Each request verified the full width and accepted `accepted` drafts, `steps` times."""
+    for _ in range(steps):
+        plan.record(keys, [plan.max_width] * len(keys), accepted)
+
+
+def test_free_rows_take_the_full_width_within_each_limit():
+    plan = planner((1.0, 0.0, 0.0))
+    assert plan.plan(KEYS, [8, 8, 3, 0]).tolist() == [8, 8, 3, 0]
+    assert planner((1.0, 0.0, 0.0), Shape(extra_forward=True)).plan(KEYS, [8] * 4).tolist() == [8] * 4
+
+
+def test_expensive_rows_make_a_plain_ar_step():
+    plan = planner((1.0, 1.0, 0.0))
+    assert plan.plan(KEYS, [8] * 4).tolist() == [0] * 4
+    assert plan.stats.ar_steps == plan.stats.steps == 1
+    # An extra draft forward that costs more than the verify step itself is never worth it at this acceptance.
+    assert planner((1.0, 0.0, 5.0), Shape(extra_forward=True)).plan(KEYS, [8] * 4).tolist() == [0] * 4
+
+
+def test_requests_whose_drafts_fail_stop_paying_for_them():
+    plan = planner((1.0, 0.05, 0.0))
+    accepting(plan, ["good", "bad"], [8, 0])
+    good, bad = plan.plan(["good", "bad"], [8, 8]).tolist()
+    assert good == 8 and bad == 0
+
+
+def test_width_falls_as_rows_get_dearer():
+    widths = []
+    for per_row in (0.0, 0.01, 0.05, 0.2, 5.0):
+        plan = planner((1.0, per_row, 0.0))
+        for accepted in (2, 0) * 10:  # every other step's first draft fails
+            accepting(plan, KEYS, [accepted] * 4, steps=1)
+        widths.append(int(plan.plan(KEYS, [8] * 4).sum()))
+    assert widths == sorted(widths, reverse=True) and widths[0] == 32 and widths[-1] == 0
+    assert 0 < widths[2] < 32
+
+
+def test_a_uniform_layout_gives_one_width_and_pays_for_its_padding():
+    plan = planner((1.0, 0.02, 0.0), Shape(uniform=True))
+    accepting(plan, KEYS, [8, 8, 8, 0])
+    widths = plan.plan(KEYS, [8, 8, 2, 8]).tolist()
+    assert len(set(widths[:2] + widths[3:])) == 1 and widths[0] > 0 and widths[2] == min(widths[0], 2)
+    ragged = planner((1.0, 0.02, 0.0))
+    accepting(ragged, KEYS, [8, 8, 8, 0])
+    assert ragged.plan(KEYS, [8, 8, 2, 8]).tolist()[3] == 0
+
+
+def test_the_plan_is_deterministic_given_its_inputs():
+    plans = []
+    for _ in range(2):
+        plan = planner((1.0, 0.03, 0.5), Shape(extra_forward=True))
+        accepting(plan, KEYS, [5, 1, 3, 0], steps=7)
+        plans.append(plan.plan(KEYS, [8, 6, 8, 8]).tolist())
+    assert plans[0] == plans[1]
+
+
+def test_acceptance_is_conditional_per_position_and_shrunk_to_the_method():
+    table = AcceptanceTable(4, prior_strength=1.0, decay=1.0, initial=0.5)
+    for _ in range(99):
+        table.record(["x"], torch.tensor([4]), torch.tensor([2]))  # positions 1, 2 accepted; 3 rejected; 4 unseen
+    rates = table.rates(["x", "fresh"])
+    assert rates[0, 0] > 0.98 and rates[0, 1] > 0.98 and rates[0, 2] < 0.02
+    assert abs(rates[0, 3] - rates[1, 3]) < 1e-9  # never verified: the method's rate
+    assert rates[1, 0] > 0.9 and rates[1, 2] < 0.05  # a new request starts from the method's rates
+    table.forget(["x"])
+    assert "x" not in table.slots and table.rates(["x"])[0, 0] == rates[1, 0]
+
+
+def test_the_cost_model_fits_measured_steps():
+    cost = StepCost()
+    for rows in (1, 4, 8, 16, 32, 64, 9, 18):
+        for extra in (0, 1):
+            cost.observe(rows, extra, 0.030 + 0.0005 * rows + 0.020 * extra)
+    base, per_row, per_forward = cost.coefficients
+    assert abs(base - 0.030) < 2e-3 and abs(per_row - 0.0005) < 1e-4 and abs(per_forward - 0.020) < 2e-3
+
+
+def test_one_width_seen_leaves_the_slope_to_the_prior():
+    cost = StepCost()
+    for _ in range(50):
+        cost.observe(8, 0, 0.05)
+    base, per_row, _ = cost.coefficients
+    assert abs(base + 8 * per_row - 0.05) < 5e-3 and 0 < per_row < base
+
+
+def test_fixed_costs_are_not_refitted():
+    cost = StepCost((1.0, 0.5, 0.0))
+    cost.observe(8, 0, 123.0)
+    assert cost.coefficients == (1.0, 0.5, 0.0)
