@@ -12,9 +12,10 @@ held-out chat prompts rendered with its chat template (`scripts.chat_prompts`).
 
 `--models` holds the trained checkpoints (`scripts.trained_models`, copied there when missing). Writes a list of
 records {engine, checkpoint, method, config, batch_size, tokens_per_second, tokens_per_forward, p_cache,
-acceptance_length, acceptance_histogram, speedup, conversion}. A method that chooses its widths by load
+acceptance_length, acceptance_histogram, planner, speedup, conversion}. A method that chooses its widths by load
 (`common.width_planner`, the default of `jacobi` and linear `diffusion_self`) also runs pinned to its configured
-width (`NAME-fixed`, `"adaptive": false`). Speedup is over AR on the same checkpoint and batch size; conversion is
+width (`NAME-fixed`, `"adaptive": false`); `planner` is what the planner chose and its fitted cost model (null
+where the method does not adapt). Speedup is over AR on the same checkpoint and batch size; conversion is
 speedup / tokens per forward (how much of the forwards saved becomes time saved). Tokens per forward counts every
 model forward a request takes part in: for AR and ngram from vLLM's counters (each target forward yields 1 +
 accepted tokens); for our methods from `common/`'s reference runner on the same prompts at the configured width,
@@ -106,10 +107,11 @@ def run_vllm(model: str, spec: dict | None, batch_size: int, max_tokens: int, ro
     """
     from vllm import LLM, SamplingParams
 
-    from vllm_plugin.metrics import acceptance
+    from vllm_plugin.metrics import acceptance, planner
 
     llm = LLM(model=model, speculative_config=spec, enforce_eager=True, kv_cache_memory_bytes=256 << 20,
-              dtype=dtype, max_model_len=max_model_len, max_num_seqs=batch_size, disable_log_stats=False, seed=0)
+              dtype=dtype, max_model_len=max_model_len, max_num_seqs=batch_size, disable_log_stats=False, seed=0,
+              worker_extension_cls="vllm_plugin.probe.StateProbe")
     params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
     batches = [[prompts[(r * batch_size + i) % len(prompts)] for i in range(batch_size)] for r in range(rounds)]
     llm.generate(batches[0], params, use_tqdm=False)
@@ -127,6 +129,7 @@ def run_vllm(model: str, spec: dict | None, batch_size: int, max_tokens: int, ro
         per_position = [a - b for a, b in zip(after.accepted_per_position, before.accepted_per_position + [0] * (
             len(after.accepted_per_position) - len(before.accepted_per_position)), strict=True)]
         counts = histogram(drafts, per_position)
+    widths = planner(llm) if spec else None
     del llm
     return {
         "tokens_per_second": tokens / seconds,
@@ -136,6 +139,7 @@ def run_vllm(model: str, spec: dict | None, batch_size: int, max_tokens: int, ro
         "acceptance_histogram": counts,
         "tokens": tokens,
         "seconds": seconds,
+        "planner": widths,
     }
 
 
@@ -164,6 +168,7 @@ def run_sglang(model: str, spec: dict | None, batch_size: int, max_tokens: int, 
         for batch in batches:
             outputs += engine.generate(batch, params)
         seconds = time.perf_counter() - start
+        widths = engine.get_server_info()["internal_states"][0].get("parallel_decoding_width_planner")
     finally:
         engine.shutdown()
     tokens = sum(out["meta_info"]["completion_tokens"] for out in outputs)
@@ -176,6 +181,7 @@ def run_sglang(model: str, spec: dict | None, batch_size: int, max_tokens: int, 
         "acceptance_histogram": None,
         "tokens": tokens,
         "seconds": seconds,
+        "planner": widths,
     }
 
 

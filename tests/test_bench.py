@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from common.quadratic_self_spec import QuadraticSelfSpecConfig, quadratic_forward
 from scripts.bench import METHODS, histogram
 from scripts.profile_step import rows_width, with_peer_ratio
@@ -38,14 +40,16 @@ def test_quick_bench(tmp_path):
                           "--methods", "jacobi"], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     records = {r["method"]: r for r in json.loads((tmp_path / "b.json").read_text())}
-    assert set(records) == {"ar", "jacobi", "ngram-8"}
-    jacobi = records["jacobi"]
+    assert set(records) == {"ar", "jacobi", "jacobi-fixed", "ngram-8"}
+    jacobi, fixed = records["jacobi"], records["jacobi-fixed"]
     assert jacobi["checkpoint"] == "jacobi_forcing" and jacobi["tokens_per_forward"] > 1.0
     assert jacobi["conversion"] == jacobi["speedup"] / jacobi["tokens_per_forward"]
-    assert sum(jacobi["acceptance_histogram"]) > 0 and records["ar"]["speedup"] == 1.0
+    assert sum(fixed["acceptance_histogram"]) > 0 and records["ar"]["speedup"] == 1.0
+    assert jacobi["planner"]["steps"] > 0 and jacobi["planner"]["measured_steps"] > 0 and fixed["planner"] is None
     assert (tmp_path / "b.png").stat().st_size > 0
 
 
+@pytest.mark.sweep  # a profiling run of two engines (`scripts.profile_step`), not in CI's budget
 def test_profile_step_splits_each_step(tmp_path):
     """`scripts.profile_step` times jacobi and diffusion self-speculation, their ngram peers and AR over their decode
     steps: the parts add up to the step, each method's step is compared with ngram's, which on the periodic prompts

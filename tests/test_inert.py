@@ -9,6 +9,7 @@ from scripts.trained_models import copy
 from scripts.vllm_server import vllm_server
 
 
+@pytest.mark.sweep  # a long run (two servers taking turns); CI checks the same in tests/test_vllm_config.py
 def test_unselected_plugin_changes_nothing(tmp_path):
     model = copy(tmp_path / "models")["ar"]
     result = inert.compare("vllm", model, rounds=1, count=8, max_tokens=32)

@@ -117,7 +117,7 @@ def test_wedlm_spec_distribution_matches_ar(small_model, monkeypatch, wrong_rule
 
 
 # Cases whose verification goes through the patched `verify` (plain and linear-recycling Jacobi, self-speculation).
-WRONG_RULE_CASES = [CASES[0], CASES[2], CASES[3]]
+WRONG_RULE_CASES = [CASES[0], pytest.param(*CASES[2], marks=pytest.mark.sweep), CASES[3]]
 
 
 @pytest.mark.parametrize(("method", "settings"), WRONG_RULE_CASES, ids=["jacobi", "jacobi-linear", "diffusion_self"])

@@ -82,6 +82,7 @@ def test_engine_bad_keywords_raise(engine_dir, cpu_engine_env, kwargs, message):
         sglang.Engine(model_path=str(engine_dir["qwen3"]), **kwargs, **CPU_KWARGS)
 
 
+@pytest.mark.sweep  # a profiling run of two engines (`scripts.profile_step`), not in CI's budget
 def test_profile_step_times_sglang_steps(tmp_path):
     """`scripts.profile_step --engine sglang` times jacobi's and SGLang's plain decode steps inside the scheduler
     process, prefill left out: the parts add up to the step, and jacobi's step is set beside AR's."""

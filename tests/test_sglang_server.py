@@ -71,7 +71,9 @@ def plain(engine_dir, prompts):
         return answers(client, prompts)
 
 
-@pytest.mark.parametrize(("mode", "config"), MODES, ids=[f"{m}-{c}" for m, c in MODES])
+@pytest.mark.parametrize(("mode", "config"), [
+    pytest.param(m, c, id=f"{m}-{c}", marks=[pytest.mark.sweep] if "16" in c else [])  # 16 drafts: a wider setting
+    for m, c in MODES])
 def test_lossless_mode_equals_plain_server(engine_dir, prompts, plain, mode, config):
     with sglang_server(engine_dir["qwen3"], mode, config) as client:
         got = answers(client, prompts)

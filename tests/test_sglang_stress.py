@@ -12,6 +12,7 @@ from scripts import stress
 from tests.test_stress import check
 
 
-@pytest.mark.parametrize("method", ["wedlm", pytest.param("jacobi", marks=pytest.mark.sweep)])
+@pytest.mark.sweep  # a load test: a script (`scripts.stress`), run with -m sweep, not in CI's budget
+@pytest.mark.parametrize("method", ["wedlm", "jacobi"])
 def test_short_stress_on_the_sglang_server(tmp_path, method):
     check(stress.run("sglang", method, tmp_path / "models", duration=24, concurrency=16, distinct=12, rounds=2))

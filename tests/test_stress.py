@@ -19,6 +19,7 @@ def check(report: stress.Report) -> None:
     assert report.still_serving
 
 
-@pytest.mark.parametrize("method", ["wedlm", pytest.param("diffusion_self", marks=pytest.mark.sweep)])
+@pytest.mark.sweep  # a load test: a script (`scripts.stress`), run with -m sweep, not in CI's budget
+@pytest.mark.parametrize("method", ["wedlm", "diffusion_self"])
 def test_short_stress_on_the_vllm_server(tmp_path, method):
     check(stress.run("vllm", method, tmp_path / "models", duration=24, concurrency=16, distinct=12, rounds=2))

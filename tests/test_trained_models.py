@@ -19,7 +19,7 @@ from tests import ties
 
 ROOT = Path(__file__).resolve().parent.parent
 LOSSLESS = {"diffusion_self", "diffusion_self_quadratic", "jacobi", "wedlm_spec"}
-# Measured with `python -m scripts.evaluate --models scripts/trained` (README table), less 0.03 for another CPU.
+# Measured with `python -m scripts.evaluate --models scripts/trained` (docs/checkpoints.md), less 0.03 for another CPU.
 FLOORS = {
     ("nld", "diffusion_self"): 1.26,
     ("nld", "diffusion_self_quadratic"): 1.58,

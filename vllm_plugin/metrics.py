@@ -18,11 +18,6 @@ def acceptance(llm: Any) -> AcceptanceStats:
 
 
 def planner(llm: Any) -> dict | None:
-    """The width planner's `describe()` in an offline `LLM`'s worker (None: the method does not adapt)."""
-    return llm.collective_rpc(_describe_planner)[0]
-
-
-def _describe_planner(worker: Any) -> dict | None:
-    drafter = getattr(worker.model_runner, "drafter", None)
-    plan = getattr(drafter, "planner", None)
-    return None if plan is None else plan.describe()
+    """The width planner's `describe()` in an offline `LLM`'s worker, built with
+    `worker_extension_cls="vllm_plugin.probe.StateProbe"` (None: the method does not adapt)."""
+    return llm.collective_rpc("parallel_decoding_width_planner")[0] or None
