@@ -25,7 +25,8 @@ from vllm_plugin import cpu_kernels
 
 CASES = [
     {"method": "jacobi", "block_size": 3},
-    {"method": "diffusion_self", "num_speculative_tokens": 2},
+    # Seeded requests follow the width planner under a fixed cost model: widths vary with each request's acceptance.
+    {"method": "diffusion_self", "num_speculative_tokens": 2, "step_cost": [1.0, 0.02, 0.2]},
 ]
 
 
@@ -72,7 +73,7 @@ def test_rejection_sampler_receives_draft_probabilities(vocab8, monkeypatch):
 
     monkeypatch.setattr(RejectionSampler, "forward", spy)
     path, _ = vocab8
-    with engine(path, CASES[1], skip_tokenizer_init=True) as llm:
+    with engine(path, {**CASES[1], "step_cost": [1.0, 0.0, 0.0]}, skip_tokenizer_init=True) as llm:  # every step drafts
         sampled(llm, PARAMS[0], range(8), max_tokens=8)
         sampled_calls, seen[:] = list(seen), []
         sampled(llm, ReferenceSampling(), range(8), max_tokens=8)

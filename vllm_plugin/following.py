@@ -22,6 +22,8 @@ class FollowedRequest:
 
 class FollowingProposer(PluginProposer):
     decoder_class: type[Decoder]
+    # Whether the decoder can follow a step that verified no draft from its committed token alone (else it resumes).
+    follows_plain_steps = False
 
     def __init__(self, vllm_config: Any) -> None:
         super().__init__(vllm_config)
@@ -42,10 +44,11 @@ class FollowingProposer(PluginProposer):
                 continue
             num_tokens = int(batch.num_tokens_no_spec[row])
             state = self.requests.get(req_id)
-            if state is None or state.seen is None or state.decoder.num_tokens + len(committed) != num_tokens:
+            if state is None or state.decoder.num_tokens + len(committed) != num_tokens or (
+                    state.seen is None and not (self.follows_plain_steps and len(committed) == 1)):
                 state = self.resume(runner, row, req_id, num_tokens)
-            else:
-                self.follow(state.decoder, committed, state.seen)
+            else:  # no `seen` after a step without drafts (a plain AR step): the committed token is all it showed
+                self.follow(state.decoder, committed, committed if state.seen is None else state.seen)
                 state.seen = None
             drafts.append([] if state.decoder.finished else self.drafts_of(state.decoder))
             states.append(state)

@@ -15,6 +15,7 @@ from vllm_plugin.following import FollowingProposer
 
 class JacobiProposer(FollowingProposer):
     decoder_class = JacobiDecoder
+    follows_plain_steps = True
 
     def __init__(self, vllm_config: Any) -> None:
         super().__init__(vllm_config)

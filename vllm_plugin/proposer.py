@@ -67,8 +67,12 @@ class PluginProposer(runner_hooks.Hooked):
         return self.planner.plan(req_ids, limits, seeded).tolist()
 
     def step_done(self, scheduler_output: Any, draft_rows: int = 0) -> None:
-        """The step's cost for the planner: its scheduled rows and `draft_rows` in a draft forward of its own."""
-        if self.planner is not None and self.step_started is not None:
+        """The step's cost for the planner: its scheduled rows and `draft_rows` in a draft forward of its own. Steps
+        that prefill are left out: the planner prices decode rows, and a prompt's rows cost otherwise."""
+        spec = scheduler_output.scheduled_spec_decode_tokens
+        decoding = all(n == 1 + len(spec.get(req_id, ())) for req_id, n in
+                       scheduler_output.num_scheduled_tokens.items())
+        if self.planner is not None and self.step_started is not None and decoding:
             now = time.perf_counter()
             self.planner.cost.observe(scheduler_output.total_num_scheduled_tokens + draft_rows, int(draft_rows > 0),
                                       now - self.step_started)
