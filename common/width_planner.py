@@ -64,6 +64,11 @@ class StepCost:
             self._fit = self.fitted()
         return self._fit
 
+    def predict(self, rows: torch.Tensor, extra_forwards: torch.Tensor) -> torch.Tensor:
+        """Predicted seconds of steps forwarding `rows` with `extra_forwards` forwards beyond the first."""
+        base, per_row, per_forward = self.coefficients
+        return base + per_row * rows + per_forward * extra_forwards
+
     def fitted(self) -> tuple[float, float, float]:
         if not self.steps:
             return self.PRIOR
@@ -194,8 +199,7 @@ class WidthPlanner:
         extra = (n > 0).double()
         if self.shape.extra_forward:
             rows = rows + n + torch.cat([torch.zeros(1, dtype=torch.float64), firsts.cumsum(0)])
-        base, per_row, per_forward = self.cost.coefficients
-        seconds = base + per_row * rows + (per_forward * extra if self.shape.extra_forward else 0.0)
+        seconds = self.cost.predict(rows, extra if self.shape.extra_forward else torch.zeros_like(extra))
         best = int(torch.argmax(tokens / seconds))  # the first of equal rates: the fewest rows
         return torch.bincount(owners[:best], minlength=batch)
 
@@ -208,8 +212,7 @@ class WidthPlanner:
         extra = (w > 0).double()
         if self.shape.extra_forward:
             rows = rows + extra * batch * (1 + w)
-        base, per_row, per_forward = self.cost.coefficients
-        seconds = base + per_row * rows + (per_forward * extra if self.shape.extra_forward else 0.0)
+        seconds = self.cost.predict(rows, extra if self.shape.extra_forward else torch.zeros_like(extra))
         best = int(torch.argmax(tokens / seconds))
         return torch.full((batch,), best, dtype=torch.long)
 
