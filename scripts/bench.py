@@ -81,12 +81,15 @@ def width(spec: dict) -> int:
     return spec.get("block_size", 32) - 1
 
 
-def adapts(spec: dict) -> bool:
-    """Whether the method chooses its widths by load (`common.width_planner`): then it also runs pinned to its
-    configured width (`-fixed`)."""
+def adapts(spec: dict, engine: str) -> bool:
+    """Whether the method chooses its widths by load in `engine` (`common.width_planner`): then it also runs pinned
+    to its configured width (`-fixed`). SGLang's recycling Jacobi commits with its own decoder and does not adapt."""
     from common.methods import parse_config
 
-    return getattr(parse_config(spec["method"], {k: v for k, v in spec.items() if k != "method"}), "adapts", False)
+    config = parse_config(spec["method"], {k: v for k, v in spec.items() if k != "method"})
+    if engine == "sglang" and spec["method"] == "jacobi" and config.pool_size:
+        return False
+    return getattr(config, "adapts", False)
 
 
 def ngram(spec: dict) -> dict:
@@ -279,7 +282,7 @@ def main() -> None:
             plan.append((size, checkpoint, "ar", None))
             for name, _, spec in (m for m in chosen if m[1] == checkpoint):
                 plan.append((size, checkpoint, name, spec))
-                if adapts(spec):
+                if adapts(spec, args.engine):
                     plan.append((size, checkpoint, f"{name}-fixed", {**spec, "adaptive": False}))
                 if ONE_ENGINE["ngram"] == args.engine:
                     plan.append((size, checkpoint, f"ngram-{width(spec)}", ngram(spec)))
