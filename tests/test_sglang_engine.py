@@ -31,19 +31,23 @@ def cpu_engine_env(monkeypatch):
         monkeypatch.setenv(name, value)
 
 
+def generate(model_dir, mode: str, config: dict, ids: list[list[int]]) -> list[dict]:
+    """20 greedy tokens per prompt from an offline engine selecting `mode` by keywords, shut down after."""
+    engine = sglang.Engine(model_path=str(model_dir), decode_mode=mode, decode_config=config, **CPU_KWARGS)
+    try:
+        return engine.generate(input_ids=ids, sampling_params={"temperature": 0, "max_new_tokens": 20,
+                                                               "ignore_eos": True})
+    finally:
+        engine.shutdown()
+
+
 def test_engine_keywords_equal_reference(engine_dir, prompts, cpu_engine_env):
     model, tokenizer = load(engine_dir["qwen3"])
     config = parse_config("wedlm", CONFIG, mask_token_id=model.config.mask_token_id)
     ids = [tokenizer.encode(prompt) for prompt in prompts[:8]]
     expected = [ReferenceRunner(model).run(make_decoder("wedlm", config, p, SamplingParams(), Limits(20)))
                 for p in ids]
-    engine = sglang.Engine(model_path=str(engine_dir["qwen3"]), decode_mode="wedlm", decode_config=CONFIG,
-                           **CPU_KWARGS)
-    try:
-        outputs = engine.generate(input_ids=ids, sampling_params={"temperature": 0, "max_new_tokens": 20,
-                                                                  "ignore_eos": True})
-    finally:
-        engine.shutdown()
+    outputs = generate(engine_dir["qwen3"], "wedlm", CONFIG, ids)
     ties.compare([out["output_ids"] for out in outputs], [e.token_ids for e in expected],
                  [e.margins for e in expected])
 
@@ -58,13 +62,7 @@ def test_the_width_planner_decides_what_is_forwarded(engine_dir, prompts, cpu_en
     steps = {}
     for label, extra in {"dear": {"step_cost": [0.01, 1.0, 1.0]}, "free": {"step_cost": [1.0, 0.0, 0.0]},
                          "fixed": {"adaptive": False}}.items():
-        engine = sglang.Engine(model_path=str(engine_dir["qwen3"]), decode_mode="diffusion_self",
-                               decode_config={"num_speculative_tokens": 4, **extra}, **CPU_KWARGS)
-        try:
-            outputs = engine.generate(input_ids=ids, sampling_params={"temperature": 0, "max_new_tokens": 20,
-                                                                      "ignore_eos": True})
-        finally:
-            engine.shutdown()
+        outputs = generate(engine_dir["qwen3"], "diffusion_self", {"num_speculative_tokens": 4, **extra}, ids)
         ties.compare([out["output_ids"] for out in outputs], [e.token_ids for e in expected],
                      [e.margins for e in expected])
         steps[label] = sum(out["meta_info"]["spec_verify_ct"] for out in outputs)
