@@ -8,8 +8,10 @@ plan is a greedy marginal allocation over the batch's (request, position) pairs 
 those inputs, so a test can drive it with a fixed `StepCost`. Lossless methods' output does not depend on it.
 """
 
+import time
 from collections import deque
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -154,8 +156,20 @@ class PlannerStats:
         return self.ar_steps / self.steps if self.steps else 0.0
 
 
+REPORT_EVERY_S = 10.0
+
+
+def planner_for(config: Any, max_width: int, shape: Shape) -> "WidthPlanner | None":
+    """The planner of a method whose config adapts its widths (`adapts`), with its `step_cost` if fixed; else None."""
+    if not getattr(config, "adapts", False):
+        return None
+    return WidthPlanner(max_width, shape, StepCost(config.step_cost))
+
+
 class WidthPlanner:
     """Drafts per request for the next step, up to `max_width` and each request's own limit (see the module)."""
+
+    reported = 0.0
 
     def __init__(self, max_width: int, shape: Shape = Shape(), cost: StepCost | None = None,
                  acceptance: AcceptanceTable | None = None) -> None:
@@ -215,6 +229,16 @@ class WidthPlanner:
         seconds = self.cost.predict(rows, extra if self.shape.extra_forward else torch.zeros_like(extra))
         best = int(torch.argmax(tokens / seconds))
         return torch.full((batch,), best, dtype=torch.long)
+
+    def observe(self, rows: int, extra_forwards: int, seconds: float) -> dict[str, float] | None:
+        """A measured step for the cost model (`StepCost.observe`); `describe()` when a report is due (every
+        `REPORT_EVERY_S`), for the engine's log."""
+        self.cost.observe(rows, extra_forwards, seconds)
+        now = time.monotonic()
+        if now - self.reported < REPORT_EVERY_S:
+            return None
+        self.reported = now
+        return self.describe()
 
     def describe(self) -> dict[str, float]:
         """What the planner chose and the cost model it chose by, for logs, metrics and the bench."""

@@ -16,26 +16,21 @@ import torch
 
 from common.acceptance import accept_greedy_batch, verify
 from common.sampling import choose
-from common.width_planner import Shape, StepCost, WidthPlanner
+from common.width_planner import Shape, planner_for
 from sglang_plugin.drafters import make_drafter
 from sglang_plugin.drafts import RequestState
 from sglang_plugin.logprobs import MISSING, Entry, asked, entries
 from sglang_plugin.worker import PluginWorker, sampling_of
 
 logger = logging.getLogger(__name__)
-LOG_EVERY_S = 10.0
 
 
 class VerifyWorker(PluginWorker):
-    logged = 0.0
-
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.drafter = make_drafter(self.mode, self.config, self)
-        self.planner = None
-        if getattr(self.config, "adapts", False):
-            shape = Shape(uniform=True, extra_forward=self.mode == "diffusion_self")
-            self.planner = WidthPlanner(self.width - 1, shape, StepCost(self.config.step_cost))
+        self.planner = planner_for(self.config, self.width - 1,
+                                   Shape(uniform=True, extra_forward=self.mode == "diffusion_self"))
 
     def dropped(self, rid: str) -> None:
         if self.planner is not None:
@@ -76,11 +71,10 @@ class VerifyWorker(PluginWorker):
             self.planner.record([r.rid for r in batch.reqs], [len(d.tokens) for d in drafts],
                                 [len(run) - 1 for run in committed])
             draft_rows = self.drafter.forwarded_rows
-            now = time.perf_counter()
-            self.planner.cost.observe(tokens.numel() + draft_rows, int(draft_rows > 0), now - started)
-            if now - self.logged > LOG_EVERY_S:
-                self.logged = now
-                logger.info("parallel-decoding width planner (%s): %s", self.mode, self.planner.describe())
+            report = self.planner.observe(tokens.numel() + draft_rows, int(draft_rows > 0),
+                                          time.perf_counter() - started)
+            if report is not None:
+                logger.info("parallel-decoding width planner (%s): %s", self.mode, report)
         return self.result(batch, committed, on_publish, self.chain_logprobs(batch, logits, committed))
 
     @staticmethod

@@ -102,3 +102,15 @@ def test_fixed_costs_are_not_refitted():
     cost = StepCost((1.0, 0.5, 0.0))
     cost.observe(8, 0, 123.0)
     assert cost.coefficients == (1.0, 0.5, 0.0)
+
+
+def test_planner_for_follows_the_config_and_reports_at_most_every_interval():
+    from common.methods import parse_config
+    from common.width_planner import planner_for
+
+    assert planner_for(parse_config("jacobi", {"adaptive": False}), 4, Shape()) is None
+    plan = planner_for(parse_config("jacobi", {"block_size": 4}), 4, Shape())
+    assert plan is not None and plan.cost.fixed is None
+    assert plan.observe(8, 0, 0.05)["measured_steps"] == 1 and plan.observe(8, 0, 0.05) is None
+    assert len(plan.cost.steps) == 2
+    assert planner_for(parse_config("jacobi", {"step_cost": [1, 0, 0]}), 4, Shape()).cost.coefficients == [1, 0, 0]

@@ -8,14 +8,13 @@ import torch
 
 from common.methods import parse_config
 from common.sampling import SamplingParams
-from common.width_planner import Shape, StepCost, WidthPlanner
+from common.width_planner import Shape, WidthPlanner, planner_for
 from vllm_plugin import cpu_kernels, runner_hooks
 from vllm_plugin.config import ADDITIONAL_CONFIG_KEY
 
 logger = logging.getLogger("vllm.parallel_decoding")  # under vLLM's own logger, so its handler prints it
 
 GREEDY_EPS = 1e-5
-LOG_EVERY_S = 10.0
 DRAFT_SEED_STRIDE = 0x9E3779B97F4A7C15
 
 
@@ -32,7 +31,6 @@ class PluginProposer(runner_hooks.Hooked):
 
     planner: WidthPlanner | None = None
     step_started: float | None = None
-    logged = 0.0
 
     def __init__(self, vllm_config: Any) -> None:
         settings = vllm_config.additional_config[ADDITIONAL_CONFIG_KEY]
@@ -46,8 +44,7 @@ class PluginProposer(runner_hooks.Hooked):
 
     def plan_by_load(self, max_width: int, shape: Shape | None = None) -> None:
         """Choose widths per step with a `common.width_planner` when the config adapts."""
-        if getattr(self.config, "adapts", False):
-            self.planner = WidthPlanner(max_width, shape or Shape(), StepCost(self.config.step_cost))
+        self.planner = planner_for(self.config, max_width, shape or Shape())
 
     def begin_step(self, runner: Any, scheduler_output: Any) -> None:
         self.step_started = time.perf_counter()
@@ -69,17 +66,16 @@ class PluginProposer(runner_hooks.Hooked):
     def step_done(self, scheduler_output: Any, draft_rows: int = 0) -> None:
         """The step's cost for the planner: its scheduled rows and `draft_rows` in a draft forward of its own. Steps
         that prefill are left out: the planner prices decode rows, and a prompt's rows cost otherwise."""
+        started, self.step_started = self.step_started, None
+        if self.planner is None or started is None:
+            return
         spec = scheduler_output.scheduled_spec_decode_tokens
-        decoding = all(n == 1 + len(spec.get(req_id, ())) for req_id, n in
-                       scheduler_output.num_scheduled_tokens.items())
-        if self.planner is not None and self.step_started is not None and decoding:
-            now = time.perf_counter()
-            self.planner.cost.observe(scheduler_output.total_num_scheduled_tokens + draft_rows, int(draft_rows > 0),
-                                      now - self.step_started)
-            if now - self.logged > LOG_EVERY_S:
-                self.logged = now
-                logger.info("parallel-decoding width planner (%s): %s", self.method, self.planner.describe())
-        self.step_started = None
+        if any(n != 1 + len(spec.get(req_id, ())) for req_id, n in scheduler_output.num_scheduled_tokens.items()):
+            return  # a prefill step
+        report = self.planner.observe(scheduler_output.total_num_scheduled_tokens + draft_rows, int(draft_rows > 0),
+                                      time.perf_counter() - started)
+        if report is not None:
+            logger.info("parallel-decoding width planner (%s): %s", self.method, report)
 
     def load_model(self, target_model: torch.nn.Module) -> None:
         """vLLM hands the target model over; drafts run it through the runner, which holds it too."""
