@@ -3,7 +3,9 @@ attention), with infilling: fill the holes of a sequence in a decoding order sig
 
 sigma ranks the given tokens first (left to right), then the holes left to right or in a random order. A pass asks
 the model for the conditionals of some target positions given the positions ranked before them: `perm_mask` lets
-position i see position j only when j comes before i in sigma (undecoded positions come after everything). Each
+position i see position j when j comes before i in sigma (undecoded positions come after everything), and lets the
+given tokens see each other both ways (section 3: the conditioning's own density is never evaluated, so "every
+token attend[s] to every other token within" it; the authors' code does the same). Each
 iteration takes the next k positions of sigma: the draft pass gives q_j = p(x_j | decoded) for all of them at once
 (mean field), drafts are drawn from q; the verify pass puts the drafts in sigma's order and gives
 p_j = p(x_j | decoded, earlier drafts); drafts are accepted with min(1, p/q) and the first rejected one is
@@ -75,10 +77,22 @@ def with_holes(ids: list[int], holes: list[int], mask_token_id: int) -> list[int
     return ids
 
 
-def conditionals(model: torch.nn.Module, ids: list[int], ranks: torch.Tensor, targets: list[int]) -> torch.Tensor:
-    """Logits [len(targets), vocab] of each target position given the positions ranked before it."""
+def perm_mask(ranks: torch.Tensor, given: torch.Tensor) -> torch.Tensor:
+    """XLNet's `perm_mask` [..., n, n] (1: i may not see j) for ranks [..., n] in sigma and the given positions
+    [..., n] (bool): i sees j when j is ranked before i, or when both are given and j is not i (the conditioning,
+    both ways; no query row sees its own token, and the content stream adds it itself)."""
+    before = ranks[..., None, :] < ranks[..., :, None]
+    n = ranks.shape[-1]
+    both_given = given[..., None, :] & given[..., :, None] & ~torch.eye(n, dtype=torch.bool, device=given.device)
+    return (~(before | both_given)).float()
+
+
+def conditionals(model: torch.nn.Module, ids: list[int], ranks: torch.Tensor, given: torch.Tensor,
+                 targets: list[int]) -> torch.Tensor:
+    """Logits [len(targets), vocab] of each target position given the positions ranked before it (and the given
+    positions, which see each other)."""
     n = len(ids)
-    perm = (ranks[None, :] >= ranks[:, None]).float()  # i may see j only when j comes before i
+    perm = perm_mask(ranks, given)
     mapping = torch.zeros(1, len(targets), n)
     mapping[0, torch.arange(len(targets)), torch.tensor(targets)] = 1.0
     with torch.inference_mode():
@@ -98,6 +112,7 @@ def infill(model: torch.nn.Module, tokens: list[int], mask_token_id: int, config
     decoded = sum(t != mask_token_id for t in ids)
     ranks = torch.full((len(ids),), float(len(ids)))  # undecoded: after everything
     ranks[torch.tensor(sigma[:decoded], dtype=torch.long)] = torch.arange(decoded, dtype=torch.float)
+    given = torch.tensor([t != mask_token_id for t in ids])
     nfe = draft_calls = 0
 
     def probs(logits: torch.Tensor) -> torch.Tensor:
@@ -110,19 +125,19 @@ def infill(model: torch.nn.Module, tokens: list[int], mask_token_id: int, config
         width = 1 if config.drafter == "none" else min(config.k, len(ids) - decoded)
         targets = sigma[decoded : decoded + width]
         if width == 1:  # nothing to speculate: one pass, one token
-            accepted, tail = [draw(probs(conditionals(model, ids, ranks, targets))[0])], []
+            accepted, tail = [draw(probs(conditionals(model, ids, ranks, given, targets))[0])], []
             nfe += 1
         else:
             if config.drafter == "ngram":
                 drafts, q = bigram_drafts(ids, targets, mask_token_id, model.config.vocab_size, draw)
                 draft_calls += 1
             else:
-                q = probs(conditionals(model, ids, ranks, targets))
+                q = probs(conditionals(model, ids, ranks, given, targets))
                 nfe += 1
                 drafts = [draw(row) for row in q]
             for j, position in enumerate(targets):
                 ids[position], ranks[position] = drafts[j], decoded + j
-            p = probs(conditionals(model, ids, ranks, targets))
+            p = probs(conditionals(model, ids, ranks, given, targets))
             nfe += 1
             accepted, tail = accept(drafts, p, q, sampling, generator)
         for j, token in enumerate(accepted + tail):

@@ -3,13 +3,15 @@ a LoRA switched on only while drafting, the base untouched, so the output stays 
 
     python -m scripts.train_draft_adapter --model DIR OUTDIR [--device cuda] [--steps N] [--prompts N]
 
-The shipped adapter (`scripts/trained/smollm2_draft`, on `python -m scripts.smollm2`'s checkpoint) is two runs on one
-H100 (docs/smollm2.md): `--device cuda --stop-at 724`, then `--device cuda --init-adapter FIRST --steps 900
---stop-at 329` (the first ran 724 steps of a 1500-step schedule in 240 s, the second 329 of 900 in 100 s).
+The shipped adapter (`scripts/trained/smollm2_draft`, on `python -m scripts.smollm2`'s checkpoint) is three runs on
+one H100 (docs/smollm2.md): `--device cuda --target text --stop-at 724`, then `--device cuda --target text
+--init-adapter FIRST --steps 900 --stop-at 329`, then `--device cuda --init-adapter SECOND --sampled 1 --steps 600`.
 
-The data are the base's own greedy answers to training chat prompts (`scripts.chat_prompts`, held-out topics never
-seen). Each training row is NLD's two-stream layout: the clean answer, causal, and a noisy copy cut into blocks
-`[seed, mask x (block - 1)]` that attend bidirectionally inside and causally to the clean tokens before their seed.
+The data are the base's own answers to training chat prompts (`scripts.chat_prompts`, held-out topics never seen):
+the greedy one and `--sampled` more at `--temperature`. A slot's label is the base's argmax on the clean row before
+it (`--target base`: what verification accepts, also on sampled text) or the text's token (`--target text`).
+Each training row is NLD's two-stream layout: the clean answer, causal, and a noisy copy cut into blocks `[seed,
+mask x (block - 1)]` that attend bidirectionally inside and causally to the clean tokens before their seed.
 The adapter (every target module, `--targets`) is applied to the noisy rows only, so the clean rows' KV is the
 base's, as the cached prefix is at inference; slot j is read on row j - 1 (`dlm_type: dream`, an AR model's
 shifted logits). Ends by measuring drafts accepted per verify step on held-out prompts with the reference runner.
@@ -57,11 +59,16 @@ class DraftRecipe:
     generate_batch: int = 256
     max_seconds: float | None = None  # training stops early past this (the steps run are recorded)
     stop_at: int | None = None  # training stops after this many steps, the schedule still that of `steps`
+    sampled: int = 0  # sampled answers per prompt beside the greedy one (more contexts to draft in)
+    temperature: float = 0.8  # of the sampled answers
+    target: str = "base"  # a slot's label: the base's argmax after the clean prefix ("base") or the text's token
 
 
 @torch.no_grad()
-def greedy_answers(model, tokenizer, prompts: list[str], new_tokens: int, batch: int) -> list[tuple[list[int], int]]:
-    """(prompt + the base's greedy answer, the prompt's length) per prompt, the answer cut after its first EOS."""
+def answers(model, tokenizer, prompts: list[str], new_tokens: int, batch: int, temperature: float = 0.0
+            ) -> list[tuple[list[int], int]]:
+    """(prompt + the base's answer, the prompt's length) per prompt, the answer cut after its first EOS: greedy at
+    temperature 0, else sampled."""
     device = next(model.parameters()).device
     eos = set(eos_token_ids(model, tokenizer))
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(eos)
@@ -72,12 +79,14 @@ def greedy_answers(model, tokenizer, prompts: list[str], new_tokens: int, batch:
         width = max(map(len, chunk))
         ids = torch.tensor([[pad] * (width - len(r)) + r for r in chunk], device=device)
         attention = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in chunk], device=device)
-        out = model.generate(input_ids=ids, attention_mask=attention, max_new_tokens=new_tokens, do_sample=False,
-                             pad_token_id=pad)
+        sampling = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0} if temperature else {
+            "do_sample": False}
+        out = model.generate(input_ids=ids, attention_mask=attention, max_new_tokens=new_tokens, pad_token_id=pad,
+                             **sampling)
         for prompt, row in zip(chunk, out[:, width:].tolist(), strict=True):
             cut = next((i + 1 for i, t in enumerate(row) if t in eos), len(row))
             rows.append((prompt + row[:cut], len(prompt)))
-        print(f"greedy answers: {len(rows)}/{len(rendered)}", flush=True)
+        print(f"answers at temperature {temperature}: {len(rows)}/{len(rendered)}", flush=True)
     return rows
 
 
@@ -144,7 +153,8 @@ def two_stream_mask(starts: torch.Tensor, index: torch.Tensor, dtype: torch.dtyp
 
 def draft_loss(model, lora: RowLoRA, ids: torch.Tensor, answer: torch.Tensor, mask_id: int, recipe: DraftRecipe,
                gen: torch.Generator) -> torch.Tensor:
-    """Cross-entropy of every drafted answer slot, read on the row before it in its noisy block."""
+    """Cross-entropy of every drafted answer slot, read on the row before it in its noisy block, against the text's
+    token or the base's argmax on the clean row before it (what verification accepts, also on sampled text)."""
     batch, length = ids.shape
     starts, index, masked = noisy_blocks(ids, replace(Recipe(), block_size=recipe.block_size), gen, keep_seed=True,
                                          drafts=True)
@@ -154,10 +164,15 @@ def draft_loss(model, lora: RowLoRA, ids: torch.Tensor, answer: torch.Tensor, ma
     positions = torch.arange(length).repeat(2).expand(batch, 2 * length)
     lora.split = length
     hidden = model.model(input_ids=torch.cat([ids, noisy], 1).to(device), position_ids=positions.to(device),
-                         attention_mask=mask).last_hidden_state[:, length:]
+                         attention_mask=mask).last_hidden_state
     slots = (masked & answer)[:, 1:].to(device)  # slot p + 1 is read on noisy row p
-    logits = model.lm_head(hidden[:, :-1][slots]).float()
-    return F.cross_entropy(logits, ids[:, 1:].to(device)[slots])
+    logits = model.lm_head(hidden[:, length:][:, :-1][slots]).float()
+    if recipe.target == "text":
+        labels = ids[:, 1:].to(device)[slots]
+    else:
+        with torch.no_grad():
+            labels = model.lm_head(hidden[:, : length - 1][slots]).argmax(-1)
+    return F.cross_entropy(logits, labels)
 
 
 def train(model, tokenizer, recipe: DraftRecipe, init: Path | None = None) -> tuple[dict[str, torch.Tensor], dict]:
@@ -166,8 +181,10 @@ def train(model, tokenizer, recipe: DraftRecipe, init: Path | None = None) -> tu
     for param in model.parameters():
         param.requires_grad_(False)
     start = time.perf_counter()
-    rows = greedy_answers(model, tokenizer, chat_prompts.sample("train", recipe.prompts, recipe.seed),
-                          recipe.new_tokens, recipe.generate_batch)
+    prompts = chat_prompts.sample("train", recipe.prompts, recipe.seed)
+    rows = answers(model, tokenizer, prompts, recipe.new_tokens, recipe.generate_batch)
+    for _ in range(recipe.sampled):
+        rows += answers(model, tokenizer, prompts, recipe.new_tokens, recipe.generate_batch, recipe.temperature)
     data_seconds = time.perf_counter() - start
     lora = RowLoRA(model, recipe, gen, init)
     params = list(lora.weights.values())
@@ -244,13 +261,19 @@ def main() -> None:
     parser.add_argument("--stop-at", type=int, default=None,
                         help="stop after this many steps (a --max-seconds run's `steps_run`, to reproduce it)")
     parser.add_argument("--init-adapter", type=Path, default=None, help="go on training this adapter")
+    parser.add_argument("--sampled", type=int, default=DraftRecipe.sampled,
+                        help="sampled answers per prompt beside the greedy one")
+    parser.add_argument("--temperature", type=float, default=DraftRecipe.temperature)
+    parser.add_argument("--target", choices=("base", "text"), default=DraftRecipe.target,
+                        help="a slot's label: the base's argmax after the clean prefix, or the text's token")
     parser.add_argument("--eval-prompts", type=int, default=16, help="held-out prompts the acceptance is measured on")
     parser.add_argument("--eval-tokens", type=int, default=128)
     parser.add_argument("--eval-drafts", default="4,8", help="draft counts the acceptance is measured at")
     args = parser.parse_args()
     recipe = DraftRecipe(steps=args.steps, prompts=args.prompts, batch_size=args.batch_size, rank=args.rank,
                          alpha=2 * args.rank, block_size=args.block_size, new_tokens=args.new_tokens,
-                         max_seconds=args.max_seconds, stop_at=args.stop_at)
+                         max_seconds=args.max_seconds, stop_at=args.stop_at, sampled=args.sampled,
+                         temperature=args.temperature, target=args.target)
     torch.manual_seed(recipe.seed)
     model, tokenizer = load(args.model, device=args.device, dtype=torch.bfloat16)
     adapter, record = train(model, tokenizer, recipe, args.init_adapter)

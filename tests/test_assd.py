@@ -7,7 +7,7 @@ import itertools
 import pytest
 import torch
 
-from common.assd import AssdConfig, bigram_drafts, conditionals, decoding_order, infill, with_holes
+from common.assd import AssdConfig, bigram_drafts, conditionals, decoding_order, infill, perm_mask, with_holes
 from common.errors import ConfigError
 from common.sampling import SamplingParams, target_probs, without_token
 from scripts.make_tiny_models import build_xlnet
@@ -29,13 +29,14 @@ def sequential_joint(model, tokens: list[int], sampling: SamplingParams) -> dict
     sigma = decoding_order(tokens, MASK, "left_to_right", torch.Generator())
     given = sum(t != MASK for t in tokens)
     holes = sigma[given:]
+    given_mask = torch.tensor([t != MASK for t in tokens])
     joint = {}
     for fill in itertools.product(range(MASK), repeat=len(holes)):
         ids, prob = list(tokens), 1.0
         ranks = torch.full((len(ids),), float(len(ids)))
         ranks[torch.tensor(sigma[:given], dtype=torch.long)] = torch.arange(given, dtype=torch.float)
         for j, (position, token) in enumerate(zip(holes, fill, strict=True)):
-            logits = conditionals(model, ids, ranks, [position])
+            logits = conditionals(model, ids, ranks, given_mask, [position])
             prob *= float(target_probs(without_token(logits, MASK), sampling)[0, token])
             ids[position], ranks[position] = token, given + j
         joint[fill] = prob
@@ -99,6 +100,19 @@ def test_greedy_equals_sequential_greedy(xlnet, order, k, drafter):
             assert got.nfe < got.generated  # drafts accepted: fewer calls than tokens
         else:  # one call per iteration, each commits at least one token; the n-gram calls counted apart
             assert got.nfe <= got.generated and got.draft_calls >= 1
+
+
+def test_the_given_tokens_see_each_other_and_the_rest_follows_sigma():
+    # positions 0 and 2 given (ranks 0, 1), then holes 3 and 1 in that order (ranks 2, 3); 4 undecoded
+    ranks = torch.tensor([0.0, 3.0, 1.0, 2.0, 5.0])
+    given = torch.tensor([True, False, True, False, False])
+    sees = perm_mask(ranks, given) == 0
+    assert sees[0, 2] and sees[2, 0]  # the conditioning attends both ways (seed 004, section 3)
+    assert not sees.diagonal().any()  # no query row sees its own token (the content stream adds itself)
+    assert sees[3].tolist() == [True, False, True, False, False]  # hole ranked 2: the given ones
+    assert sees[1].tolist() == [True, False, True, True, False]  # hole ranked 3: the given ones and hole 3
+    assert not sees[0, 3] and not sees[0, 1]  # a given token never sees a hole
+    assert sees[4].tolist() == [True, True, True, True, False]
 
 
 def test_explicit_holes():

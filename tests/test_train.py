@@ -184,3 +184,4 @@ def test_asarm_loss_learns_from_the_holes_only():
         assert torch.equal(model.labels[b][~given], x[b][~given])
         assert not visible[b].diagonal().any()  # the query stream never sees its own token
         assert not visible[b][given][:, ~given].any()  # given positions see no hole
+        assert visible[b][given][:, given].sum() == given.sum() * (given.sum() - 1)  # and each other

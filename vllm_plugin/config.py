@@ -197,10 +197,8 @@ def translate(engine_args: Any, model_config: Any) -> None:
     target = engine_method(method, config)
     if target.scheduler is not None:
         if engine_args.scheduler_cls not in (None, target.scheduler):
-            raise ConfigError(
-                f"scheduler_cls must be unset for {method} (it runs on its own scheduler), "
-                f"got {engine_args.scheduler_cls!r}"
-            )
+            refuse(ConfigError(f"scheduler_cls must be unset for {method} (it runs on its own scheduler), "
+                               f"got {engine_args.scheduler_cls!r}"))
         engine_args.scheduler_cls = target.scheduler
     if method == "huginn":
         # each forward reads the rows staged for it: no graph may replay an old one
