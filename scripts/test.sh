@@ -7,4 +7,4 @@ bash scripts/setup_sglang_env.sh
 . "${VENV:-.venv}/bin/activate"
 ruff check .
 python -m pytest -q "$@"
-PD_REQUIRE_SGLANG=1 "${SGLANG_VENV:-.venv-sglang}/bin/python" -m pytest -q tests/test_sglang_*.py "$@"
+PD_REQUIRE_SGLANG=1 "${SGLANG_VENV:-.venv-sglang}/bin/python" -m pytest -q tests/sglang "$@"

@@ -29,7 +29,7 @@ def engine_dir(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def vocab8(tmp_path_factory: pytest.TempPathFactory):
     """A vocabulary-8 model (head size 32, no tokenizer) saved for the engines, and the model itself, whose exact
     joint over short continuations the sampling tests compare against."""
-    from tests.test_sampling_exact import MASK, VOCAB
+    from tests.support.exact import MASK, VOCAB
 
     model = build_model("qwen3", VOCAB, MASK, eos_token_id=None, seed=3, hidden_size=128)
     path = tmp_path_factory.mktemp("vocab8")
@@ -100,8 +100,8 @@ def chats(real_model: Path) -> list[list[int]]:
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
-    """How many compared sequences were cut at a float32 near-tie (`tests/ties.py`)."""
-    from tests.ties import TALLY
+    """How many compared sequences were cut at a float32 near-tie (`tests/support/ties.py`)."""
+    from tests.support.ties import TALLY
 
     if TALLY.sequences:
         terminalreporter.write_line(f"tie-aware comparisons: {TALLY.cut} of {TALLY.sequences} sequences cut at a tie")

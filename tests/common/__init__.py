@@ -1,0 +1,1 @@
+"""Engine-free tests: every method's reference decoder and its oracles."""

@@ -1,0 +1,224 @@
+"""Huginn's samplers on a tiny random recurrent-depth model: the paper's equivalences (Algorithm 1 with the fixed exit
+and r' = r is `ar`; a wavefront of one with adaptive exit is `adaptive`), `speculative` lossless against `ar`
+(greedy, and exactly distributed by enumeration), the cache against a recompute, `ar`'s logprobs against a
+teacher-forced forward, greedy without a seed reproducible, the wavefront's decision slacks (argmaxes and exit tests),
+the published config's shapes, and settings of another sampler refused by name."""
+
+import itertools
+import random
+from dataclasses import replace
+
+import pytest
+import torch
+
+from common.decoder import Limits
+from common.errors import ConfigError
+from common.huginn import HuginnConfig, HuginnDecoder, RecurrentForward, generate, run_forward
+from common.models.raven import KVCache, RavenConfig, RavenForCausalLM
+from common.sampling import SamplingParams, target_probs
+from scripts.make_tiny_models import build_raven
+from tests.support.exact import P_VALUE_FLOOR, chi_square_p_value
+from tests.support.huginn_configs import HUGINN_0125
+
+R = 8
+MAX_TOKENS = 16
+SAMPLES = 2000
+
+
+@pytest.fixture(scope="module")
+def raven():
+    return build_raven(64, seed=1, mean_recurrence=R)
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    rng = random.Random(0)
+    return [[rng.randrange(64) for _ in range(rng.randrange(2, 9))] for _ in range(6)]
+
+
+def outputs(model, prompts, config: HuginnConfig, sampling: SamplingParams) -> list[list[int]]:
+    return [generate(model, p, config, sampling, Limits(MAX_TOKENS)).token_ids for p in prompts]
+
+
+@pytest.mark.parametrize("sampling", [SamplingParams(seed=5), SamplingParams(temperature=1.0, seed=7)],
+                         ids=["greedy", "sampled"])
+def test_fixed_exit_with_full_inner_recurrence_is_ar(raven, prompts, sampling):
+    """Tokens, and the logprobs read from the rows that chose them (the wavefront's leading frozen ones)."""
+    wave = HuginnConfig(sampler="wavefront", num_steps=R, inner_recurrence=R, freeze_strategy="fixed")
+    for prompt in prompts:
+        ar = generate(raven, prompt, HuginnConfig(num_steps=R), sampling, Limits(MAX_TOKENS))
+        got = generate(raven, prompt, wave, sampling, Limits(MAX_TOKENS))
+        assert got.token_ids == ar.token_ids
+        assert torch.allclose(torch.tensor(got.logprobs), torch.tensor(ar.logprobs), atol=1e-5)
+
+
+def test_wavefront_of_one_with_adaptive_exit_is_adaptive(raven, prompts):
+    sampling = SamplingParams(seed=5)
+    adaptive = HuginnConfig(sampler="adaptive", num_steps=R, exit_threshold=0.3)
+    results = [generate(raven, p, adaptive, sampling, Limits(MAX_TOKENS)) for p in prompts]
+    assert 1 < sum(r.core_passes_per_token for r in results) / len(results) < R - 1  # exits really vary
+    wave = HuginnConfig(sampler="wavefront", num_steps=R, inner_recurrence=1, exit_t=0.3, max_wavefront=1)
+    assert outputs(raven, prompts, wave, sampling) == [r.token_ids for r in results]
+
+
+def test_wavefront_advances_many_positions_at_once(raven, prompts):
+    """With r' < r the wave holds several positions; its sequential core passes per token fall below r."""
+    wave = HuginnConfig(sampler="wavefront", num_steps=R, inner_recurrence=2, freeze_strategy="fixed")
+    result = generate(raven, prompts[0], wave, SamplingParams(seed=5), Limits(MAX_TOKENS))
+    assert len(result.token_ids) == MAX_TOKENS
+    assert result.core_passes_per_token < R / 2
+
+
+def test_greedy_without_a_seed_reproduces(raven, prompts):
+    """Temperature 0 without a seed draws its latents from seed 0, so every call gives the same text."""
+    wave = HuginnConfig(sampler="wavefront", num_steps=R, inner_recurrence=2)
+    unseeded = HuginnDecoder(prompts[0], SamplingParams(), Limits(MAX_TOKENS), wave, raven)
+    seeded = HuginnDecoder(prompts[0], SamplingParams(seed=0), Limits(MAX_TOKENS), wave, raven)
+    assert torch.equal(unseeded.latents(0, 4), seeded.latents(0, 4))
+    assert outputs(raven, prompts, wave, SamplingParams()) == outputs(raven, prompts, wave, SamplingParams(seed=0))
+
+
+def test_wavefront_notes_its_decisions_slack(raven, prompts, monkeypatch):
+    """Per token, the slack of the argmaxes and exit tests taken while it was next: an exit threshold set to a
+    latent change the wavefront measured is a tie (slack 0) at that token, which a tie-aware comparison cuts at."""
+    import common.huginn as huginn
+
+    wave = HuginnConfig(sampler="wavefront", num_steps=R, inner_recurrence=2)
+    result = generate(raven, prompts[0], wave, SamplingParams(seed=5), Limits(MAX_TOKENS))
+    assert len(result.margins) == MAX_TOKENS and all(0 < m < float("inf") for m in result.margins)
+    changes = []
+    measure = huginn.relative_change
+    monkeypatch.setattr(huginn, "relative_change", lambda new, old: changes.append(measure(new, old)) or changes[-1])
+    generate(raven, prompts[0], wave, SamplingParams(seed=5), Limits(MAX_TOKENS))
+    monkeypatch.undo()
+    first_wave_step = changes[0]  # the first in-flight position's, after the prefill committed one token
+    tied = generate(raven, prompts[0], replace(wave, exit_t=first_wave_step), SamplingParams(seed=5),
+                    Limits(MAX_TOKENS))
+    assert tied.margins[1] == 0 and min(tied.margins[2:] + [1.0]) > 0, tied.margins
+
+
+def test_speculative_greedy_equals_ar(raven, prompts):
+    sampling = SamplingParams(seed=5)
+    ar = outputs(raven, prompts, HuginnConfig(num_steps=R, cache_lookup_strategy="full"), sampling)
+    for k in (1, 3, 6):
+        spec = HuginnConfig(sampler="speculative", num_steps=R, draft_steps=2, lookahead_for_draft=k,
+                            cache_lookup_strategy="full")
+        assert outputs(raven, prompts, spec, sampling) == ar
+
+
+def ar_joint(model, prompt: list[int], length: int, sampling: SamplingParams) -> dict[tuple[int, ...], float]:
+    """The exact distribution of `ar`'s first `length` tokens (zero initial latents), by enumeration."""
+    vocab = model.config.vocab_size
+    joint = {}
+    for seq in itertools.product(range(vocab), repeat=length):
+        ids = torch.tensor(prompt + list(seq[:-1]))
+        forward = RecurrentForward(ids, 0, torch.zeros(len(ids), model.config.n_embd), model.config.mean_recurrence)
+        with torch.inference_mode():
+            logits = run_forward(model, KVCache("full"), forward).logits[len(prompt) - 1:]
+        probs = target_probs(logits, sampling)
+        joint[seq] = float(torch.prod(probs[torch.arange(length), torch.tensor(seq)]))
+    return joint
+
+
+def speculative_p_value(model, joint: dict, prompt: list[int], length: int) -> float:
+    spec = HuginnConfig(sampler="speculative", num_steps=3, draft_steps=1, lookahead_for_draft=2, init_scale=0.0,
+                        cache_lookup_strategy="full")
+    counts: dict[tuple[int, ...], int] = {}
+    for seed in range(SAMPLES):
+        got = tuple(generate(model, prompt, spec, SamplingParams(temperature=1.0, seed=seed), Limits(length)).token_ids)
+        counts[got] = counts.get(got, 0) + 1
+    return chi_square_p_value(counts, joint)
+
+
+def test_speculative_sampling_follows_ar_distribution(monkeypatch):
+    """On a vocabulary of 4, 3 tokens sampled by `speculative` (r = 3, drafts with 1 recurrence, rejection sampling,
+    zero initial latents) follow `ar`'s exact joint (chi-square); drafts accepted unconditionally fail it."""
+    import common.huginn
+
+    model = build_raven(4, seed=2, hidden_size=32, mean_recurrence=3)
+    prompt, length = [1, 2], 3
+    joint = ar_joint(model, prompt, length, SamplingParams(temperature=1.0))
+    assert speculative_p_value(model, joint, prompt, length) > P_VALUE_FLOOR
+    monkeypatch.setattr(common.huginn, "verify", lambda drafts, logits, params, generator, probs=None: [
+        *drafts.tolist(), int(torch.multinomial(target_probs(logits[-1:], params)[0], 1, generator=generator))])
+    assert speculative_p_value(model, joint, prompt, length) < P_VALUE_FLOOR
+
+
+@pytest.mark.parametrize("layout,steps", [("full", R), ("compress-s4", 1)])
+def test_cached_ar_equals_recompute(raven, prompts, layout, steps):
+    """`ar` on the cache equals recomputing the whole sequence each step (a parallel forward), exactly where the two
+    see the same keys: always with `full`, with one recurrence under `compress-s4`."""
+    sampling = SamplingParams(seed=5)
+    config = HuginnConfig(num_steps=steps, cache_lookup_strategy=layout)
+    for prompt, got in zip(prompts, outputs(raven, prompts, config, sampling), strict=True):
+        decoder = HuginnDecoder(prompt, sampling, Limits(MAX_TOKENS), config, raven)
+        tokens = list(prompt)
+        for _ in range(MAX_TOKENS):
+            forward = RecurrentForward(torch.tensor(tokens), 0, decoder.latents(0, len(tokens)), steps)
+            with torch.inference_mode():
+                tokens.append(int(run_forward(raven, KVCache(layout), forward).logits[-1].argmax()))
+        assert got == tokens[len(prompt):]
+
+
+@pytest.mark.parametrize("sampling", [SamplingParams(seed=5), SamplingParams(temperature=1.0, seed=7)],
+                         ids=["greedy", "sampled"])
+def test_ar_logprobs_are_the_teacher_forced_distribution(raven, prompts, sampling):
+    """`ar`'s logprobs: each token's log-softmax in one parallel forward over the prompt and the output (the `full`
+    cache, where the two see the same keys)."""
+    config = HuginnConfig(num_steps=R, cache_lookup_strategy="full")
+    for prompt in prompts:
+        result = generate(raven, prompt, config, sampling, Limits(MAX_TOKENS))
+        tokens = prompt + result.token_ids
+        decoder = HuginnDecoder(prompt, sampling, Limits(MAX_TOKENS), config, raven)
+        forward = RecurrentForward(torch.tensor(tokens[:-1]), 0, decoder.latents(0, len(tokens) - 1), R)
+        with torch.inference_mode():
+            rows = run_forward(raven, KVCache("full"), forward).logits[len(prompt) - 1 :].log_softmax(-1)
+        want = rows.gather(-1, torch.tensor(result.token_ids)[:, None])[:, 0]
+        assert torch.allclose(torch.tensor(result.logprobs), want, atol=1e-5)
+
+
+def test_published_config_instantiates():
+    config = RavenConfig.from_dict(HUGINN_0125)
+    with torch.device("meta"):
+        model = RavenForCausalLM(config)
+    params = sum(p.numel() for p in model.parameters())
+    assert 3.4e9 < params < 3.7e9, params
+    assert model.lm_head.weight is model.transformer["wte"].weight
+    assert config.head_dim == 96
+
+
+def test_checkpoint_round_trip(raven, tmp_path, prompts):
+    raven.save_pretrained(tmp_path)
+    loaded = RavenForCausalLM.from_pretrained(tmp_path)
+    sampling = SamplingParams(seed=5)
+    assert outputs(loaded, prompts, HuginnConfig(num_steps=R), sampling) == outputs(
+        raven, prompts, HuginnConfig(num_steps=R), sampling)
+
+
+@pytest.mark.parametrize("settings,field", [
+    ({"sampler": "ar", "draft_steps": 2}, "draft_steps"),
+    ({"sampler": "wavefront", "exit_threshold": 0.1}, "exit_threshold"),
+    ({"sampler": "adaptive", "cache_lookup_strategy": "full"}, "cache_lookup_strategy"),
+    ({"sampler": "wavefront", "headway": 2}, "headway"),
+    ({"sampler": "beam"}, "sampler"),
+    ({"sampler": "speculative", "draft_steps": 40}, "draft_steps"),
+])
+def test_bad_settings_refused_by_name(settings, field):
+    with pytest.raises(ConfigError, match=field):
+        HuginnConfig(**settings)
+
+
+def test_batched_training_forward_equals_cached_rows(raven, prompts):
+    """The cache-free batched forward (training) gives the logits of a `full`-cache forward of each sequence."""
+    ids = torch.tensor([p[:2] for p in prompts])
+    positions = torch.arange(2)
+    latents = torch.randn(len(prompts), 2, raven.config.n_embd, generator=torch.Generator().manual_seed(0))
+    with torch.inference_mode():
+        e = raven.embed(ids, positions, None)
+        z = latents
+        for t in range(3):
+            z = raven.recur(z, e, positions, None, t)
+        batched = raven.decode(z, positions, None)
+        for b in range(len(prompts)):
+            one = run_forward(raven, KVCache("full"), RecurrentForward(ids[b], 0, latents[b], 3)).logits
+            torch.testing.assert_close(batched[b], one, rtol=1e-5, atol=1e-5)

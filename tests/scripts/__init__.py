@@ -1,0 +1,1 @@
+"""The scripts' tests: bench, training, checkpoints, tools."""

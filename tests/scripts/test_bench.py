@@ -1,0 +1,94 @@
+"""`scripts.bench --quick` runs vLLM with a method, its AR baseline and its ngram peer on the trained checkpoint and
+writes every field the benchmark promises."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from common.quadratic_self_spec import QuadraticSelfSpecConfig, quadratic_forward
+from scripts.bench import METHODS, histogram
+from scripts.profile_step import rows_width, with_peer_ratio
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_histogram_from_per_position_counts():
+    assert histogram(10, [6, 3, 1]) == [4, 3, 2, 1]  # steps accepting 0, 1, 2, 3 drafts
+
+
+def test_quadratic_is_profiled_beside_ngram_at_its_forward_width():
+    """Quadratic self-speculation's widest forward (a chain of k, a group of k + 1 per chain token) is the rows
+    ngram forwards at `rows_width` drafts; its step is set beside that ngram's too."""
+    spec = next(spec for name, _, spec in METHODS if name == "diffusion_self_quadratic")
+    k = spec["num_speculative_tokens"] + 1
+    widest = quadratic_forward(list(range(k)), 0, QuadraticSelfSpecConfig(block_size=k, mask_token_id=0))
+    assert rows_width(spec) + 1 == widest.num_tokens and rows_width({"method": "diffusion_self"}) is None
+    runs = [{"checkpoint": "nld", "method": name, "batch_size": 8, "step_ms": step, "hooks_ms": 1.0, "engine_ms": 1.0,
+             "forwards_per_step": 1.0, **roles}
+            for name, step, roles in [("quadratic", 6.0, {"peer": "ngram-3", "rows_peer": "ngram-23"}),
+                                      ("ngram-3", 2.0, {}), ("ngram-23", 4.0, {})]]
+    quadratic = with_peer_ratio(runs)[0]
+    assert quadratic["per_step_vs_ngram"] == 3.0 and quadratic["per_step_vs_ngram_rows"] == 1.5
+
+
+def test_quick_bench(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "scripts.bench", "--engine", "vllm", "--models", str(tmp_path / "m"),
+                          "--json", str(tmp_path / "b.json"), "--png", str(tmp_path / "b.png"), "--quick",
+                          "--methods", "jacobi"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    records = {r["method"]: r for r in json.loads((tmp_path / "b.json").read_text())}
+    assert set(records) == {"ar", "jacobi", "jacobi-fixed", "ngram-8"}
+    jacobi, fixed = records["jacobi"], records["jacobi-fixed"]
+    assert jacobi["checkpoint"] == "jacobi_forcing" and jacobi["tokens_per_forward"] > 1.0
+    assert jacobi["conversion"] == jacobi["speedup"] / jacobi["tokens_per_forward"]
+    assert sum(fixed["acceptance_histogram"]) > 0 and records["ar"]["speedup"] == 1.0
+    assert jacobi["planner"]["steps"] > 0 and jacobi["planner"]["measured_steps"] > 0 and fixed["planner"] is None
+    assert (tmp_path / "b.png").stat().st_size > 0
+
+
+@pytest.mark.sweep  # a profiling run of two engines (`scripts.profile_step`), not in CI's budget
+def test_profile_step_splits_each_step(tmp_path):
+    """`scripts.profile_step` times jacobi and diffusion self-speculation, their ngram peers and AR over their decode
+    steps: the parts add up to the step, each method's step is compared with ngram's, which on the periodic prompts
+    drafts its full width, and per forward where a step runs two (the draft's and the verify's)."""
+    out = subprocess.run([sys.executable, "-m", "scripts.profile_step", "--models", str(tmp_path / "m"),
+                          "--json", str(tmp_path / "p.json"), "--methods", "jacobi,diffusion_self",
+                          "--batch-sizes", "2", "--max-tokens", "12", "--prompts", "periodic"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    runs = json.loads((tmp_path / "p.json").read_text())
+    records = {r["method"]: r for r in runs if r["checkpoint"] == "jacobi_forcing"}
+    assert set(records) == {"ar", "jacobi", "ngram-8"}
+    for record in records.values():
+        parts = sum(record[f"{part}_ms"] for part in ("forward", "extra_forward", "hooks", "engine"))
+        assert abs(parts - record["step_ms"]) < 1e-6 and record["forward_ms"] > 0 and record["steps"] > 0
+    jacobi = records["jacobi"]
+    assert jacobi["per_step_vs_ngram"] == jacobi["step_ms"] / records["ngram-8"]["step_ms"]
+    overhead = {name: r["step_ms"] - r["forward_ms"] - r["extra_forward_ms"] for name, r in records.items()}
+    assert abs(jacobi["overhead_vs_ngram"] - overhead["jacobi"] / overhead["ngram-8"]) < 1e-9
+    assert records["ar"]["rows_per_step"] == 2 and records["ar"]["steps"] == 11  # 12 tokens less the prefill's
+    assert records["ngram-8"]["rows_per_step"] == 2 * 9 and jacobi["rows_per_step"] > 2
+    assert all(r["forwards_per_step"] == 1 for r in records.values())
+    assert jacobi["per_forward_vs_ngram"] == jacobi["per_step_vs_ngram"]
+    nld = {r["method"]: r for r in runs if r["checkpoint"] == "nld"}
+    self_spec, peer = nld["diffusion_self"], nld["ngram-7"]
+    assert 1.5 < self_spec["forwards_per_step"] <= 2 and peer["forwards_per_step"] == 1  # no draft on the last step
+    assert self_spec["extra_forward_ms"] > 0
+    assert abs(self_spec["per_forward_vs_ngram"] * self_spec["forwards_per_step"]
+               - self_spec["step_ms"] / peer["step_ms"]) < 1e-9
+
+
+def test_digest_bench_times_both_paths(tmp_path):
+    """`scripts.digest_bench` times the batched digest and the per-request one on the same rows and reports both
+    per method and batch size."""
+    from scripts.digest_bench import main
+
+    main(["--device", "cpu", "--vocab", "256", "--batch-sizes", "1,3", "--steps", "4",
+          "--json", str(tmp_path / "d.json")])
+    report = json.loads((tmp_path / "d.json").read_text())
+    assert {(r["method"], r["batch"]) for r in report["results"]} == {
+        (m, b) for m in ("wedlm", "diffusion", "diffusion_self_quadratic", "jacobi") for b in (1, 3)}
+    assert all(r["batched_ms"] > 0 and r["per_request_ms"] > 0 and r["rows_per_step"] > 0 for r in report["results"])

@@ -1,0 +1,1 @@
+"""SGLang's tests, run in SGLang's environment (`tests/sglang/conftest.py`)."""

@@ -1,0 +1,108 @@
+"""Huginn on SGLang (`decode_mode="huginn"` on a `RavenForCausalLM` checkpoint): every sampler SGLang serves gives
+the `common.huginn` reference's tokens and logprobs, greedy and seeded, batched; under retraction the server keeps
+serving and every request gets its tokens; a mode and a checkpoint that do not go together are refused before a
+model loads.
+
+Runs in the SGLang environment (see `tests/sglang/test_sglang_server.py`)."""
+
+import json
+import re
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import sglang
+import torch
+from transformers import AutoTokenizer
+
+from common.decoder import Limits
+from common.errors import ConfigError
+from common.huginn import HuginnConfig, generate
+from common.models.raven import RavenForCausalLM
+from common.sampling import SamplingParams
+from scripts.sglang_server import CPU_KWARGS, sglang_server
+from tests.support.sglang_client import PRESSURE_ARGS, PRESSURE_ENV
+from tests.support.sglang_client import generate as complete
+
+MAX_TOKENS = 24
+SEED = 11
+TRAINED = Path(__file__).resolve().parents[2] / "scripts" / "trained" / "raven"
+
+
+@pytest.mark.parametrize("settings", [{"sampler": "ar"}, {"sampler": "adaptive", "num_steps": 16},
+                                      {"sampler": "wavefront", "num_steps": 32, "inner_recurrence": 4}],
+                         ids=["ar", "adaptive", "wavefront"])
+def test_samplers_equal_the_reference(engine_dir, prompts, cpu_engine_env, settings):
+    """Tokens, and for every other request the logprobs of the rows that chose them (the wavefront on the trained
+    Raven, whose converged positions freeze several per step)."""
+    model_dir = TRAINED if settings["sampler"] == "wavefront" else engine_dir["raven"]
+    ids = [AutoTokenizer.from_pretrained(model_dir).encode(p)[:12] for p in prompts[:4]]
+    model, config = RavenForCausalLM.from_pretrained(model_dir), HuginnConfig(**settings)
+    requests = [(p, t, SEED + i) for t in (0.0, 1.0) for i, p in enumerate(ids)]
+    want = [generate(model, p, config, SamplingParams(temperature=t, seed=s), Limits(MAX_TOKENS))
+            for p, t, s in requests]
+    asked = [i % 2 == 1 for i in range(len(requests))]  # the second prompt freezes two positions at once
+    engine = sglang.Engine(model_path=str(model_dir), decode_mode="huginn", decode_config=settings, **CPU_KWARGS)
+    try:
+        got = engine.generate(input_ids=[p for p, _, _ in requests], sampling_params=[
+            {"temperature": t, "sampling_seed": s, "max_new_tokens": MAX_TOKENS, "ignore_eos": True}
+            for _, t, s in requests], return_logprob=asked)
+    finally:
+        engine.shutdown()
+    assert [out["output_ids"] for out in got] == [r.token_ids for r in want]
+    for out, ref, asks in zip(got, want, asked, strict=True):  # temperature 0 or 1: SGLang's and the raw alike
+        reported = out["meta_info"].get("output_token_logprobs")
+        if not asks:
+            assert not reported
+            continue
+        assert [token for _, token, _ in reported] == ref.token_ids
+        torch.testing.assert_close(torch.tensor([value for value, _, _ in reported]), torch.tensor(ref.logprobs),
+                                   atol=1e-4, rtol=0)
+
+
+def test_retracted_requests_finish(engine_dir, prompts, tmp_path, monkeypatch):
+    """A retracted request's KV is recomputed as `ar` computes it and its wavefront starts afresh, so its tokens
+    may differ from an unretracted run's; it still gets all of them."""
+    for name, value in PRESSURE_ENV.items():
+        monkeypatch.setenv(name, value)
+    log = tmp_path / "server.log"
+    settings = {"sampler": "wavefront", "num_steps": 8, "inner_recurrence": 2}
+    with (sglang_server(engine_dir["raven"], "huginn", json.dumps(settings), PRESSURE_ARGS, log) as client,
+          ThreadPoolExecutor(len(prompts)) as pool):
+        got = list(pool.map(lambda p: complete(client, p, temperature=0, max_new_tokens=MAX_TOKENS, ignore_eos=True)
+                            ["output_ids"], prompts))
+    text = log.read_text()
+    retracted = sum(int(n) for n in re.findall(r"(?:Retract requests|Testing retraction)\. #retracted_reqs: (\d+)",
+                                               text))
+    assert retracted >= 4
+    assert all(len(tokens) == MAX_TOKENS for tokens in got)
+
+
+@pytest.mark.parametrize(("family", "mode", "config", "message"), [
+    ("raven", "huginn", {"sampler": "speculative"}, "sampler must be one of"),
+    ("raven", "huginn", {"cache_lookup_strategy": "full"}, "cache_lookup_strategy must be 'compress-s4'"),
+    ("raven", "jacobi", {}, "served by mode huginn only"),
+    ("qwen3", "huginn", {}, "decode mode huginn serves RavenForCausalLM"),
+], ids=["speculative", "full-cache", "jacobi-on-raven", "huginn-on-qwen3"])
+def test_mismatches_refused(engine_dir, cpu_engine_env, family, mode, config, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        sglang.Engine(model_path=str(engine_dir[family]), decode_mode=mode, decode_config=config, **CPU_KWARGS)
+
+
+def test_published_config_instantiates(tmp_path):
+    """Huginn-0125's `config.json` (remote-code `auto_map` and all) builds the SGLang model class: shapes only."""
+    import torch
+    from sglang.srt import runtime_context
+    from sglang.srt.server_args import ServerArgs
+
+    from common.checkpoint_configs import HuginnRavenConfig, register_configs
+    from sglang_plugin.models.raven import RavenForCausalLM as SGLangRaven
+    from tests.support.huginn_configs import HUGINN_0125
+
+    register_configs()
+    (tmp_path / "config.json").write_text(json.dumps(HUGINN_0125))
+    runtime_context.publish(ServerArgs(model_path=str(tmp_path), device="cpu", skip_tokenizer_init=True), role="test")
+    with torch.device("meta"):
+        model = SGLangRaven(HuginnRavenConfig(**HUGINN_0125))
+    assert 3.4e9 < sum(p.numel() for p in model.parameters()) < 3.7e9
+    assert len(model.attn) == 8 and model.attn[0].head_dim == 96  # one KV slot per layer, the core's shared

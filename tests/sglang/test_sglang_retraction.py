@@ -1,0 +1,51 @@
+"""Under KV-cache pressure SGLang retracts running requests and prefills them again later; with every mode the
+requests still give the tokens they give without pressure (`python -m common.generate`'s, greedy and seeded
+sampling for the commit modes, greedy for the lossless ones): a request keeps its decoder and generator across a
+retraction, and a commit mode's scratch KV is allocated as SGLang allocates its own (evicting cached prefixes), so
+the server never runs out of it.
+
+Runs in the SGLang environment (see `tests/sglang/test_sglang_server.py`)."""
+
+import re
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from scripts.sglang_server import sglang_server
+from tests.support import ties
+from tests.support.reference_cli import SEED, reference, settings
+from tests.support.sglang_client import PRESSURE_ARGS, PRESSURE_ENV, generate
+
+MAX_TOKENS = 29
+CASES = [
+    ({"method": "wedlm", "window": 8, "entropy_threshold": 5.0, "distance_penalty": 0.02}, (0.0, 1.0)),
+    ({"method": "diffusion", "block_size": 4, "confidence_threshold": 0.5}, (0.0, 1.0)),
+    ({"method": "jacobi", "block_size": 4}, (0.0,)),
+    ({"method": "diffusion_self", "num_speculative_tokens": 4}, (0.0,)),
+    ({"method": "jacobi", "block_size": 3, "pool_size": 16, "verification_size": 8}, (0.0, 1.0)),
+]
+
+
+@pytest.mark.parametrize(("spec", "temperatures"), CASES,
+                         ids=["wedlm", "diffusion", "jacobi", "diffusion_self", "jacobi-recycling"])
+def test_retracted_requests_give_the_reference_tokens(engine_dir, prompts, tmp_path, monkeypatch, spec,
+                                                      temperatures):
+    for name, value in PRESSURE_ENV.items():
+        monkeypatch.setenv(name, value)
+    model, log = engine_dir["qwen3"], tmp_path / "server.log"
+    references = [reference(model, spec, prompts, tmp_path, t, MAX_TOKENS) for t in temperatures]
+    expected = [tokens for tokens_t, _ in references for tokens in tokens_t]
+    margins = [m for _, margins_t in references for m in margins_t]
+    requests = [(p, t) for t in temperatures for p in prompts]
+    with (sglang_server(model, spec["method"], settings(spec), PRESSURE_ARGS, log) as client,
+          ThreadPoolExecutor(len(requests)) as pool):
+        got = list(pool.map(lambda r: generate(client, r[0], temperature=r[1], sampling_seed=SEED,
+                                                max_new_tokens=MAX_TOKENS)["output_ids"],
+                            requests))
+    text = log.read_text()
+    full = [int(n) for n in re.findall(r"Retract requests\. #retracted_reqs: (\d+)", text)]
+    forced = [int(n) for n in re.findall(r"Testing retraction\. #retracted_reqs: (\d+)", text)]
+    print(f"{spec['method']}: {sum(full)} requests retracted when the pool was full ({len(full)} times, at most "
+          f"{max(full, default=0)} at once), {sum(forced)} more by the test switch")
+    assert sum(full) + sum(forced) >= 8  # repeatedly, while many requests run
+    ties.compare(got, expected, margins)

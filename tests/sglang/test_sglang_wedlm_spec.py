@@ -1,0 +1,60 @@
+"""SGLang with `decode_mode="wedlm_spec"`: on the shipped trained WeDLM checkpoint greedy outputs are the `common/`
+reference's (greedy AR's), batched, in the reference's verify steps; under sampling it follows the model's
+distribution exactly.
+
+Runs in the SGLang environment (see `tests/sglang/test_sglang_server.py`)."""
+
+from concurrent.futures import ThreadPoolExecutor
+
+import sglang
+
+from common.checkpoint import load
+from common.decoder import Limits
+from common.methods import make_decoder, parse_config
+from common.runner import ReferenceRunner
+from common.sampling import SamplingParams
+from scripts import corpus
+from scripts.sglang_server import CPU_ARGS, CPU_KWARGS, sglang_server
+from scripts.trained_models import SHIPPED
+from tests.support import ties
+from tests.support.exact import P_VALUE_FLOOR, PARAMS, SAMPLES, SPEC_LENGTH, chi_square_p_value, exact_joint
+from tests.support.sglang_client import sample
+
+MAX_TOKENS = 48
+SETTINGS = {"window": 8}
+
+
+def test_trained_wedlm_greedy_equals_reference(cpu_engine_env):
+    """On the held-out prompts whose reference decoding takes no near-tied decision."""
+    model_dir = SHIPPED / "wedlm"
+    model, tokenizer = load(model_dir)
+    config = parse_config("wedlm_spec", SETTINGS, mask_token_id=tokenizer.mask_token_id)
+    ids, want, steps = [], [], 0
+    for prompt in corpus.prompts(16):
+        decoder = make_decoder("wedlm_spec", config, tokenizer.encode(prompt), SamplingParams(), Limits(MAX_TOKENS))
+        result = ReferenceRunner(model).run(decoder)
+        if ties.tie_position(result.margins) is None:
+            ids.append(tokenizer.encode(prompt))
+            want.append(result.token_ids)
+            steps += result.forwards - 1  # the prefill gives the first token
+    assert len(ids) >= 8
+    engine = sglang.Engine(model_path=str(model_dir), decode_mode="wedlm_spec", decode_config=SETTINGS, **CPU_KWARGS)
+    try:
+        got = engine.generate(input_ids=ids, sampling_params={"temperature": 0, "max_new_tokens": MAX_TOKENS,
+                                                               "ignore_eos": True})
+    finally:
+        engine.shutdown()
+    assert [out["output_ids"] for out in got] == want
+    assert sum(out["meta_info"]["spec_verify_ct"] for out in got) == steps < sum(map(len, want)) / 1.15
+
+
+def test_distribution_matches_model(vocab8):
+    path, model = vocab8
+    params = PARAMS[0]
+    with (sglang_server(path, "wedlm_spec", '{"window": 3}', extra_args=[*CPU_ARGS, "--skip-tokenizer-init"])
+          as client, ThreadPoolExecutor(32) as pool):
+        outputs = list(pool.map(lambda _: sample(client, params, SPEC_LENGTH), range(SAMPLES)))
+    counts: dict[tuple[int, ...], int] = {}
+    for key in outputs:
+        counts[key] = counts.get(key, 0) + 1
+    assert chi_square_p_value(counts, exact_joint(model, params, SPEC_LENGTH)) > P_VALUE_FLOOR

@@ -1,0 +1,70 @@
+"""vLLM test cases shared by several test files: lengths, the reference's statistics, untied prompts."""
+
+from vllm import SamplingParams, TokensPrompt
+
+from common.acceptance import AcceptanceStats
+from common.checkpoint import load
+from common.decoder import Limits
+from common.methods import make_decoder, parse_config
+from common.runner import ReferenceRunner
+from common.sampling import SamplingParams as ReferenceSampling
+from tests.support import ties
+from tests.support.exact import LENGTH, PROMPT
+
+MAX_TOKENS = 29
+STOP_AT = 9
+
+
+def untied(model_dir, method: str, settings: dict, prompts: list[str], max_tokens: int = MAX_TOKENS) -> list[str]:
+    """The prompts on which the reference runner's decoding with `method` takes no decision near a tie."""
+    model, tokenizer = load(model_dir)
+    config = parse_config(method, settings, mask_token_id=model.config.mask_token_id)
+    kept = []
+    for prompt in prompts:
+        decoder = make_decoder(method, config, tokenizer.encode(prompt), ReferenceSampling(), Limits(max_tokens))
+        if ties.tie_position(ReferenceRunner(model).run(decoder).margins) is None:
+            kept.append(prompt)
+    return kept
+
+
+def reference_stats(model_dir, method: str, settings: dict, prompts: list[str], max_tokens: int = MAX_TOKENS
+                    ) -> AcceptanceStats:
+    """Acceptance counters of `common/`'s reference runner over `prompts`, summed as vLLM sums them."""
+    model, tokenizer = load(model_dir)
+    config = parse_config(method, settings, mask_token_id=model.config.mask_token_id)
+    runs = []
+    for prompt in prompts:
+        decoder = make_decoder(method, config, tokenizer.encode(prompt), ReferenceSampling(), Limits(max_tokens))
+        ReferenceRunner(model).run(decoder)
+        runs.append(decoder.acceptance)
+    return summed(runs)
+
+
+def summed(runs: list[AcceptanceStats]) -> AcceptanceStats:
+    """Counters of several requests added as vLLM adds them."""
+    total = AcceptanceStats()
+    for stats in runs:
+        total.num_drafts += stats.num_drafts
+        total.num_draft_tokens += stats.num_draft_tokens
+        total.accepted_per_position += [0] * (len(stats.accepted_per_position) - len(total.accepted_per_position))
+        for position, accepted in enumerate(stats.accepted_per_position):
+            total.accepted_per_position[position] += accepted
+    return total
+
+
+def announce(llm) -> None:
+    """The engine step that tells the workers which requests finished (a server's engine loop runs it by itself;
+    offline it runs with the next request)."""
+    while llm.llm_engine.engine_core.engine_core.scheduler.has_finished_requests():
+        llm.llm_engine.step()
+
+
+def sampled(llm, params: ReferenceSampling, seeds: range, max_tokens: int = LENGTH) -> list[tuple[int, ...]]:
+    requests = [
+        SamplingParams(temperature=params.temperature, top_p=params.top_p, seed=seed, max_tokens=max_tokens,
+                       detokenize=False)
+        for seed in seeds
+    ]
+    outputs = llm.generate([TokensPrompt(prompt_token_ids=PROMPT)] * len(requests), requests, use_tqdm=False)
+    return [tuple(o.outputs[0].token_ids) for o in outputs]
+

@@ -1,0 +1,1 @@
+"""vLLM's tests: the real engine, offline and through its OpenAI server."""

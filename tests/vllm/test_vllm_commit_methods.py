@@ -1,0 +1,130 @@
+"""vLLM with `wedlm` and `diffusion` returns exactly the tokens of `python -m common.generate` with the same
+method, config and seed, under greedy decoding and under sampling, with EOS, stop tokens and max_tokens inside a
+window, and reports WeDLM's p_cache and tokens per forward through its spec-decode counters."""
+
+import json
+
+import pytest
+import torch
+
+from tests.support.vllm_engine import engine  # isort: split
+
+from vllm import SamplingParams, TokensPrompt
+
+from common.checkpoint import load
+from common.decoder import Limits
+from common.methods import make_decoder, parse_config
+from common.runner import ReferenceRunner
+from common.sampling import SamplingParams as ReferenceSampling
+from tests.support import ties
+from tests.support.reference_cli import MAX_TOKENS, SEED, reference, settings
+from tests.support.vllm_cases import STOP_AT
+from vllm_plugin.commit import CommitProposer
+from vllm_plugin.metrics import acceptance
+
+SPECS = [
+    {"method": "wedlm", "window": 4, "entropy_threshold": 0.4, "distance_penalty": 0.02},
+    {"method": "wedlm", "window": 8, "entropy_threshold": 5.0, "distance_penalty": 0.02},
+    {"method": "diffusion", "block_size": 4, "confidence_threshold": 0.5},
+    {"method": "diffusion", "block_size": 8, "confidence_threshold": 0.1},
+]
+WIDTH = 8  # the widest window or block above
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0], ids=["greedy", "sampled"])
+@pytest.mark.parametrize("spec", [SPECS[0], pytest.param(SPECS[1], marks=pytest.mark.sweep), SPECS[2],
+                                  pytest.param(SPECS[3], marks=pytest.mark.sweep)], ids=lambda s: "-".join(
+                                      f"{v}" for v in s.values()))
+def test_equals_reference_cli(engine_dir, prompts, tmp_path, spec, temperature):
+    """Also: the output for max_tokens = n is a prefix of the output for n + 2W (the window keeps its width to
+    the end), in the same batch."""
+    expected, margins = reference(engine_dir["qwen3"], spec, prompts, tmp_path, temperature)
+    longer, long_margins = reference(engine_dir["qwen3"], spec, prompts, tmp_path, temperature, MAX_TOKENS + 2 * WIDTH)
+    params = SamplingParams(temperature=temperature, seed=SEED, max_tokens=MAX_TOKENS)
+    long_params = SamplingParams(temperature=temperature, seed=SEED, max_tokens=MAX_TOKENS + 2 * WIDTH)
+    with engine(engine_dir["qwen3"], spec) as llm:
+        outputs = llm.generate(prompts + prompts, [params] * len(prompts) + [long_params] * len(prompts))
+    got = [list(o.outputs[0].token_ids) for o in outputs]
+    ties.compare(got, expected + longer, margins + long_margins)
+    assert [tokens[:MAX_TOKENS] for tokens in longer] == expected
+
+
+@pytest.mark.parametrize("spec", [SPECS[1], SPECS[3]], ids=["wedlm", "diffusion"])
+def test_stops_inside_a_window(engine_dir, prompts, spec):
+    """EOS (a stop token from inside the output) and a small max_tokens end the request mid-window, as the
+    reference decoder does; the usage counts are the tokens returned."""
+    model, tokenizer = load(engine_dir["qwen3"])
+    config = parse_config(spec["method"], json.loads(settings(spec)), mask_token_id=model.config.mask_token_id)
+    runner = ReferenceRunner(model)
+    cases, params = [], []
+    for prompt in prompts[:16]:
+        ids = tokenizer.encode(prompt)
+        full = runner.run(make_decoder(spec["method"], config, ids, ReferenceSampling(), Limits(MAX_TOKENS)))
+        eos = full.token_ids[STOP_AT]
+        stopped = runner.run(make_decoder(spec["method"], config, ids, ReferenceSampling(), Limits(MAX_TOKENS, (eos,))))
+        short = runner.run(make_decoder(spec["method"], config, ids, ReferenceSampling(), Limits(7)))
+        cases += [(prompt, stopped), (prompt, short)]
+        params += [SamplingParams(temperature=0, max_tokens=MAX_TOKENS, stop_token_ids=[eos]),
+                   SamplingParams(temperature=0, max_tokens=7)]
+    with engine(engine_dir["qwen3"], spec) as llm:
+        outputs = llm.generate([prompt for prompt, _ in cases], params)
+    ties.compare([list(out.outputs[0].token_ids) for out in outputs], [r.token_ids for _, r in cases],
+                 [r.margins for _, r in cases])
+    assert all(out.outputs[0].finish_reason in ("stop", "length") for out in outputs)
+    assert any(len(r.token_ids) < MAX_TOKENS and len(r.token_ids) != 7 for _, r in cases)
+
+
+def test_wedlm_p_cache_and_tokens_per_forward_in_metrics(engine_dir, prompts):
+    """vLLM's counters carry WeDLM's p_cache (accepted / draft tokens) and tokens per decode forward."""
+    spec = SPECS[1]
+    model, tokenizer = load(engine_dir["qwen3"])
+    config = parse_config("wedlm", json.loads(settings(spec)), mask_token_id=model.config.mask_token_id)
+    committed = rows = decode_forwards = 0
+    for prompt in prompts:
+        decoder = make_decoder("wedlm", config, tokenizer.encode(prompt), ReferenceSampling(), Limits(MAX_TOKENS))
+        ReferenceRunner(model).run(decoder)
+        committed += len(decoder.output) - decoder.prefill_tokens
+        rows += decoder.decode_rows
+        decode_forwards += decoder.forwards - 1
+    with engine(engine_dir["qwen3"], spec) as llm:
+        llm.generate(prompts, SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True))
+        stats = acceptance(llm)
+    assert (stats.num_accepted_tokens, stats.num_draft_tokens, stats.num_drafts) == (committed, rows, decode_forwards)
+    assert stats.num_accepted_tokens / stats.num_draft_tokens == pytest.approx(committed / rows)
+
+
+@pytest.mark.parametrize("spec", [SPECS[1], SPECS[3]], ids=["wedlm", "diffusion"])
+def test_committed_kv_equals_fresh_prefill(engine_dir, prompts, monkeypatch, spec):
+    """The KV a method committed, reused through vLLM's prefix cache, gives the logits of a fresh prefill."""
+    prefill_logits: dict[tuple[int, ...], torch.Tensor] = {}
+    started: list[str] = []
+    start, before_sample = CommitProposer.start, CommitProposer.before_sample
+
+    def spy_start(self, runner, req_id):
+        started.append(req_id)
+        return start(self, runner, req_id)
+
+    def spy(self, runner, logits, metadata):
+        """The last logit row of each request whose prompt this step completed."""
+        started.clear()
+        output = before_sample(self, runner, logits, metadata)
+        batch = runner.input_batch
+        ends = metadata.cu_num_sampled_tokens.tolist() if metadata is not None else range(1, batch.num_reqs + 1)
+        for req_id, end in zip(batch.req_ids, ends, strict=True):
+            if req_id in started:
+                prefill_logits[tuple(self.requests[req_id].decoder.prompt)] = logits[end - 1].float().cpu().clone()
+        return output
+
+    monkeypatch.setattr(CommitProposer, "start", spy_start)
+    monkeypatch.setattr(CommitProposer, "before_sample", spy)
+    with engine(engine_dir["qwen3"], spec) as llm:
+        outputs = llm.generate(prompts[:4], SamplingParams(temperature=0, max_tokens=80, ignore_eos=True))
+        sequences = [list(o.prompt_token_ids) + list(o.outputs[0].token_ids) for o in outputs]
+        llm.generate([TokensPrompt(prompt_token_ids=s) for s in sequences], SamplingParams(max_tokens=1))
+        hits = sum(m.value for m in llm.get_metrics() if m.name == "vllm:prefix_cache_hits")
+    assert hits >= 4 * 64
+    model, _ = load(engine_dir["qwen3"])
+    for sequence in sequences:
+        with torch.inference_mode():
+            fresh = model(input_ids=torch.tensor([sequence])).logits[0, -1]
+        torch.testing.assert_close(prefill_logits[tuple(sequence)], fresh, atol=2e-3, rtol=2e-3)

@@ -1,0 +1,128 @@
+"""vLLM with `diffusion_self` and `jacobi` returns exactly vLLM's own greedy output, and reports the acceptance
+`common/`'s reference runner records for the same prompts."""
+
+import pytest
+
+from tests.support.vllm_engine import engine  # isort: split
+
+from vllm import SamplingParams
+
+from tests.support import ties
+from tests.support.vllm_cases import MAX_TOKENS, STOP_AT, reference_stats, untied
+from vllm_plugin.metrics import acceptance
+
+# A fixed cost model under which the width planner's choices follow each request's acceptance: widths vary per
+# request and per step, and every run drafts (the measured costs of these tiny models on a CPU say plain AR).
+PRICED = [1.0, 0.005, 0.1]
+METHODS = [
+    {"method": "diffusion_self", "num_speculative_tokens": 1, "step_cost": PRICED},
+    {"method": "diffusion_self", "num_speculative_tokens": 4, "step_cost": PRICED},
+    {"method": "diffusion_self", "num_speculative_tokens": 15, "step_cost": PRICED},
+    {"method": "jacobi", "block_size": 4, "step_cost": PRICED},
+    {"method": "jacobi", "block_size": 3, "num_blocks": 2, "spawn_ratio": 0.5, "step_cost": PRICED},
+]
+
+
+@pytest.fixture(scope="module")
+def requests(engine_dir, prompts):
+    """Per prompt: plain, stopped by a token from inside the output (as EOS would), and stopped by a string.
+
+    Returned with vLLM's own outputs without speculation for each (the oracle).
+    """
+    greedy = SamplingParams(temperature=0, max_tokens=MAX_TOKENS)
+    with engine(engine_dir["qwen3"]) as llm:
+        first = llm.generate(prompts, greedy)
+        params = []
+        for out in first:
+            tokens = out.outputs[0].token_ids
+            params.append(greedy)
+            params.append(SamplingParams(temperature=0, max_tokens=MAX_TOKENS, stop_token_ids=[tokens[STOP_AT]]))
+            params.append(SamplingParams(temperature=0, max_tokens=MAX_TOKENS, stop=[out.outputs[0].text[-12:-8]]))
+        batch = [p for p in prompts for _ in range(3)]
+        expected = llm.generate(batch, params)
+    return batch, params, expected
+
+
+@pytest.mark.parametrize("spec", METHODS, ids=lambda s: "-".join(f"{v}" for v in s.values()))
+def test_greedy_equals_no_speculation(engine_dir, requests, spec):
+    batch, params, expected = requests
+    with engine(engine_dir["qwen3"], spec) as llm:
+        got = llm.generate(batch, params)
+        stats = acceptance(llm)
+    cuts = ties.compare_greedy(engine_dir["qwen3"], [list(w.prompt_token_ids) for w in expected],
+                               [list(o.outputs[0].token_ids) for o in got],
+                               [list(w.outputs[0].token_ids) for w in expected])
+    stopped = 0
+    for want, out, cut in zip(expected, got, cuts, strict=True):
+        if cut is None:
+            assert out.outputs[0].text == want.outputs[0].text
+            assert out.outputs[0].finish_reason == want.outputs[0].finish_reason
+        stopped += want.outputs[0].finish_reason == "stop"
+    assert stopped >= len(batch) // 3
+    assert stats.num_drafts > 0
+
+
+
+
+
+
+
+
+@pytest.mark.parametrize("spec", [METHODS[1], METHODS[3]], ids=["diffusion_self", "jacobi"])
+def test_metrics_match_reference(engine_dir, prompts, spec):
+    """On the prompts whose decoding takes no near-tied decision (drafts included), vLLM's counters are the
+    reference runner's (at the configured width: `adaptive` off)."""
+    spec = {**{k: v for k, v in spec.items() if k != "step_cost"}, "adaptive": False}
+    settings = {k: v for k, v in spec.items() if k != "method"}
+    prompts = untied(engine_dir["qwen3"], spec["method"], settings, prompts)
+    assert len(prompts) >= 24
+    with engine(engine_dir["qwen3"], spec) as llm:
+        llm.generate(prompts, SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True))
+        got = acceptance(llm)
+    want = reference_stats(engine_dir["qwen3"], spec["method"], settings, prompts)
+    assert got == want
+    assert got.num_accepted_tokens > 0
+
+
+@pytest.mark.parametrize("spec", [METHODS[1], METHODS[3]], ids=["diffusion_self", "jacobi"])
+def test_the_width_planner_decides_what_is_forwarded(engine_dir, requests, spec):
+    """With rows dear (`step_cost`: a row costs a hundred times a step's base) no request drafts: every step is a
+    plain AR step; with rows free every request drafts the full width, as `adaptive: false` does. AR's output
+    either way."""
+    batch, params, expected = requests
+
+    def drafted(extra: dict) -> tuple[list, int]:
+        """Outputs and draft tokens of an engine that is gone when this returns (one engine at a time)."""
+        with engine(engine_dir["qwen3"], {**spec, **extra}) as llm:
+            return llm.generate(batch, params), acceptance(llm).num_draft_tokens
+
+    dear, none = drafted({"step_cost": [0.01, 1.0, 1.0]})
+    assert none == 0
+    assert [o.outputs[0].token_ids for o in dear] == [w.outputs[0].token_ids for w in expected]
+    assert drafted({"step_cost": [1.0, 0.0, 0.0]})[1] == drafted({"adaptive": False})[1] > 0
+
+
+def test_off_by_one_acceptance_fails_the_comparison(engine_dir, requests, monkeypatch):
+    """The tie-aware comparison still catches a broken acceptance rule: vLLM's rejection sampler made to accept
+    the draft at the first mismatch (one draft too many) gives outputs `ties.compare_greedy` rejects."""
+    from vllm.v1.sample.rejection_sampler import RejectionSampler
+
+    forward = RejectionSampler.forward
+
+    def one_too_many(self, metadata, draft_probs, logits, sampling_metadata):
+        out = forward(self, metadata, draft_probs, logits, sampling_metadata)
+        ids = out.sampled_token_ids
+        for row, drafts in enumerate(metadata.draft_token_ids.split(metadata.num_draft_tokens)):
+            kept = int((ids[row] >= 0).sum())
+            if kept - 1 < drafts.numel():
+                ids[row, kept - 1] = drafts[kept - 1]
+        return out
+
+    monkeypatch.setattr(RejectionSampler, "forward", one_too_many)
+    batch, params, expected = requests
+    with engine(engine_dir["qwen3"], METHODS[1]) as llm:
+        got = llm.generate(batch, params)
+    with pytest.raises(AssertionError, match="before any tie"):
+        ties.compare_greedy(engine_dir["qwen3"], [list(w.prompt_token_ids) for w in expected],
+                            [list(o.outputs[0].token_ids) for o in got],
+                            [list(w.outputs[0].token_ids) for w in expected])

@@ -1,0 +1,51 @@
+"""vLLM with `diffusion_self` in mode `quadratic`: one forward per step (the chain verified causally, the groups'
+structured mask applied inside the same forward) returns exactly the tokens of `python -m common.generate`,
+greedy and sampled, batched; on the shipped trained NLD checkpoint it is greedy AR, accepts the drafts the
+reference accepts, and runs one forward per step; sampling settings its decoder does not apply are refused."""
+
+import pytest
+
+from tests.support.vllm_engine import engine  # isort: split
+
+from vllm import SamplingParams
+from vllm.exceptions import VLLMValidationError
+
+from common.checkpoint import load
+from scripts import corpus
+from scripts.trained_models import SHIPPED
+from tests.support import ties
+from tests.support.reference_cli import SEED, reference
+from vllm_plugin.metrics import acceptance
+
+SPEC = {"method": "diffusion_self", "mode": "quadratic", "num_speculative_tokens": 3}
+MAX_TOKENS = 40
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0], ids=["greedy", "sampled"])
+def test_equals_reference_cli(engine_dir, prompts, tmp_path, temperature):
+    expected, margins = reference(engine_dir["qwen3"], SPEC, prompts, tmp_path, temperature)
+    params = SamplingParams(temperature=temperature, seed=SEED, max_tokens=len(expected[0]))
+    with engine(engine_dir["qwen3"], SPEC) as llm:
+        outputs = llm.generate(prompts, params)
+    ties.compare([list(o.outputs[0].token_ids) for o in outputs], expected, margins)
+
+
+def test_trained_nld_greedy_equals_ar_and_accepts_as_the_reference():
+    """On held-out prompts whose reference decoding takes no near-tied decision; vLLM's counters: one step per
+    forward, the reference's accepted drafts."""
+    model_dir = SHIPPED / "nld"
+    tokenizer = load(model_dir)[1]
+    settings = {k: v for k, v in SPEC.items() if k != "method"}
+    prompts, reference_decoders, want = ties.untied_references(model_dir, "diffusion_self", settings,
+                                                               corpus.prompts(12), MAX_TOKENS)
+    assert len(prompts) >= 6
+    with engine(model_dir, SPEC) as llm:
+        got = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True))
+        stats = acceptance(llm)
+        with pytest.raises(VLLMValidationError, match="presence_penalty"):  # its decoder picks the tokens
+            llm.generate(prompts[:1], SamplingParams(max_tokens=4, presence_penalty=0.5))
+    ties.compare_greedy(model_dir, [tokenizer.encode(p) for p in prompts],
+                        [list(o.outputs[0].token_ids) for o in got], want)
+    assert stats.num_accepted_tokens == sum(d.acceptance.num_accepted_tokens for d in reference_decoders)
+    assert stats.num_drafts == sum(d.forwards - 1 for d in reference_decoders)  # one forward per step
+    assert sum(d.tokens_per_forward for d in reference_decoders) / len(prompts) > 1.2
