@@ -16,12 +16,12 @@ from common.errors import ConfigError
 from common.huginn import check_engine_config
 from common.lora import adapter_path
 from common.methods import decoding_method, parse_config
+from common.models.raven import ARCHITECTURE as HUGINN_ARCHITECTURE
 from sglang_plugin.checkpoints import select_models
 
 # Modes served on SGLang, each as a registered speculative algorithm.
 ALGORITHMS = {"diffusion_self": "PD_DIFFUSION_SELF", "jacobi": "PD_JACOBI", "wedlm": "PD_WEDLM",
               "diffusion": "PD_DIFFUSION", "huginn": "PD_HUGINN", "wedlm_spec": "PD_WEDLM_SPEC"}
-HUGINN_ARCHITECTURE = "RavenForCausalLM"
 CPU_ATTENTION_BACKEND = "pd_torch_sdpa"
 
 

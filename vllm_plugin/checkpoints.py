@@ -5,6 +5,7 @@ names, so nothing it served before changes.
 """
 
 from common.checkpoint_configs import register_configs
+from common.models.raven import ARCHITECTURE as RAVEN_ARCHITECTURE
 
 
 def register() -> None:
@@ -14,4 +15,4 @@ def register() -> None:
     register_configs()
     ModelRegistry.register_model("WeDLMForCausalLM", "vllm_plugin.models:WeDLMForCausalLM")
     ModelRegistry.register_model("NemotronLabsDiffusionModel", "vllm_plugin.models:NemotronLabsDiffusionForCausalLM")
-    ModelRegistry.register_model("RavenForCausalLM", "vllm_plugin.raven:RavenForCausalLM")
+    ModelRegistry.register_model(RAVEN_ARCHITECTURE, "vllm_plugin.raven:RavenForCausalLM")

@@ -19,6 +19,7 @@ from common.errors import ConfigError
 from common.huginn import check_engine_config
 from common.lora import adapter_path
 from common.methods import decoding_method, parse_config
+from common.models.raven import ARCHITECTURE as HUGINN_ARCHITECTURE
 from vllm_plugin.logprobs import RAW_MODES
 
 SUPPORTED_VLLM = ((0, 32), (0, 34))
@@ -52,7 +53,6 @@ METHODS = {
 }
 QUADRATIC = EngineMethod("vllm_plugin.quadratic_self_spec.QuadraticSelfSpecProposer",
                          "vllm_plugin.scheduler.CommitScheduler")
-HUGINN_ARCHITECTURE = "RavenForCausalLM"
 SIZE_FIELDS = {
     "diffusion_self": "num_speculative_tokens (n; mode quadratic: (n + 1)(n + 3) - 1)",
     "jacobi": "block_size * num_blocks",
