@@ -30,10 +30,9 @@ import torch
 
 from common.checkpoint import eos_token_ids, load, resolve_mask_token_id
 from common.decoder import Limits
-from common.diffusion_self import DRAFT_ADAPTER
 from common.draft_layout import resolve_dlm_type
 from common.errors import ConfigError
-from common.lora import LoRA, adapter_path
+from common.lora import draft_adapters
 from common.methods import METHODS, build_config, make_decoder, needs_mask_token, parse_config
 from common.prompts import encode, read_prompts, text_only
 from common.runner import ReferenceRunner
@@ -176,13 +175,10 @@ def main(argv: list[str] | None = None) -> None:
     except ConfigError as err:
         sys.exit(f"error: {err}")
     limits = dataclasses.replace(limits, eos_token_ids=eos_token_ids(model, tokenizer))
-    adapters = {}
-    if getattr(config, "draft_adapter", None):
-        try:
-            lora = LoRA(model, adapter_path(args.model, config.draft_adapter))
-        except ConfigError as err:
-            sys.exit(f"error: {err}")
-        adapters[DRAFT_ADAPTER] = lora.enabled
+    try:
+        adapters = draft_adapters(model, args.model, config)
+    except ConfigError as err:
+        sys.exit(f"error: {err}")
     runner = ReferenceRunner(model, use_cache=not args.no_cache, adapters=adapters)
     records = []
     try:

@@ -40,6 +40,15 @@ def adapter_path(model_dir: str | Path, adapter: str | Path) -> Path:
     return checked(Path(adapter) if Path(adapter).is_absolute() else Path(model_dir) / adapter)
 
 
+def draft_adapters(model: torch.nn.Module, model_dir: str | Path, config: object) -> dict:
+    """The reference runner's `adapters` for a method's config: its `draft_adapter` (named relative to the checkpoint)
+    switched on while drafting, or none."""
+    from common.diffusion_self import DRAFT_ADAPTER
+
+    adapter = getattr(config, "draft_adapter", None)
+    return {DRAFT_ADAPTER: LoRA(model, adapter_path(model_dir, adapter)).enabled} if adapter else {}
+
+
 def checked(path: Path) -> Path:
     if not ((path / "adapter_config.json").is_file() and (path / "adapter_model.safetensors").is_file()):
         raise ConfigError(f"draft_adapter must be a PEFT adapter directory, got {str(path)!r}")

@@ -193,9 +193,8 @@ def reference_costs(model_dir: str, spec: dict, max_tokens: int, prompts: list[s
     config's draft adapter)."""
     from common.checkpoint import load, resolve_mask_token_id
     from common.decoder import Limits
-    from common.diffusion_self import DRAFT_ADAPTER
     from common.draft_layout import resolve_dlm_type
-    from common.lora import LoRA, adapter_path
+    from common.lora import draft_adapters
     from common.methods import make_decoder, needs_mask_token, parse_config
     from common.runner import ReferenceRunner
     from common.sampling import SamplingParams
@@ -204,9 +203,7 @@ def reference_costs(model_dir: str, spec: dict, max_tokens: int, prompts: list[s
     settings = {k: v for k, v in spec.items() if k != "method"}
     mask_id = resolve_mask_token_id(model.config, tokenizer) if needs_mask_token(spec["method"]) else None
     config = resolve_dlm_type(parse_config(spec["method"], settings, mask_token_id=mask_id), model.config)
-    adapters = {}
-    if getattr(config, "draft_adapter", None):
-        adapters[DRAFT_ADAPTER] = LoRA(model, adapter_path(model_dir, config.draft_adapter)).enabled
+    adapters = draft_adapters(model, model_dir, config)
     tokens = forwards = generated = rows = 0
     for prompt in prompts:
         decoder = make_decoder(spec["method"], config, tokenizer.encode(prompt), SamplingParams(), Limits(max_tokens))

@@ -18,9 +18,8 @@ import torch
 
 from common.checkpoint import eos_token_ids, load
 from common.decoder import Limits
-from common.diffusion_self import DRAFT_ADAPTER
 from common.draft_layout import complete_config
-from common.lora import LoRA
+from common.lora import draft_adapters
 from common.methods import make_decoder, parse_config
 from common.runner import ReferenceRunner
 from common.sampling import SamplingParams
@@ -127,10 +126,7 @@ def score(path: Path, method: str, preset: str, prompts: list[str], max_tokens: 
     model, tokenizer = load(path, device=device)
     settings = settings or json.loads((CONFIGS / preset).read_text())
     config = complete_config(parse_config(method, settings), model.config, lambda: tokenizer)
-    adapters = {}
-    if getattr(config, "draft_adapter", None):
-        adapters[DRAFT_ADAPTER] = LoRA(model, path / config.draft_adapter).enabled
-    runner = ReferenceRunner(model, adapters=adapters)
+    runner = ReferenceRunner(model, adapters=draft_adapters(model, path, config))
     limits = Limits(max_tokens, eos_token_ids(model, tokenizer))
     reference, margins, reference_bits = greedy_ar(path, tuple(prompts), max_tokens, device)
     score = MethodScore(path.name, method, preset, [], 0, reference, margins,

@@ -18,10 +18,9 @@ import torch
 
 from common.checkpoint import eos_token_ids, load
 from common.decoder import Limits
-from common.diffusion_self import DRAFT_ADAPTER
 from common.draft_layout import complete_config
 from common.errors import ConfigError
-from common.lora import LoRA
+from common.lora import draft_adapters
 from common.methods import METHODS, make_decoder, parse_config
 from common.runner import ReferenceRunner
 from common.sampling import SamplingParams
@@ -42,9 +41,7 @@ def trace(model_dir: str, method: str, settings: str | None, prompt: str, max_to
     """Every cell of the request's trajectory, its final output and the tokenizer."""
     model, tokenizer = load(model_dir)
     config = complete_config(parse_config(method, settings), model.config, lambda: tokenizer)
-    adapters = {}
-    if getattr(config, "draft_adapter", None):
-        adapters[DRAFT_ADAPTER] = LoRA(model, f"{model_dir}/{config.draft_adapter}").enabled
+    adapters = draft_adapters(model, model_dir, config)
     ids = tokenizer.encode(prompt)
     decoder = make_decoder(method, config, ids, SamplingParams(), Limits(max_tokens, eos_token_ids(model, tokenizer)))
     mask = getattr(config, "mask_token_id", None)
