@@ -16,9 +16,9 @@ import pytest
 from common.checkpoint import load
 from scripts.sglang_server import CPU_ARGS, cpu_env, launch_command, sglang_server
 from tests.support import ties
+from tests.support.reference_cli import MAX_TOKENS
 from tests.support.sglang_client import generate
 
-MAX_TOKENS = 29
 MODES = [
     ("diffusion_self", '{"num_speculative_tokens": 4, "adaptive": false}'),
     ("diffusion_self", '{"num_speculative_tokens": 16, "step_cost": [1, 0, 0]}'),

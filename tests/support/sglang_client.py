@@ -5,15 +5,15 @@ import urllib.request
 
 from scripts.sglang_server import CPU_ARGS
 from tests.support.exact import LENGTH, PROMPT
-
-MAX_NEW_TOKENS = 29  # a request's length unless it says otherwise
+from tests.support.reference_cli import MAX_TOKENS
 
 
 def generate(client, prompt: str | list[int], **params) -> dict:
-    """SGLang's native `/generate` on a text or token-id prompt (token ids and SGLang's own step counts)."""
+    """SGLang's native `/generate` on a text or token-id prompt (token ids and SGLang's own step counts), greedy and
+    as long as the reference the tests compare with unless `params` say otherwise."""
     url = str(client.base_url).removesuffix("/").removesuffix("/v1") + "/generate"
     body = json.dumps({"text" if isinstance(prompt, str) else "input_ids": prompt,
-                       "sampling_params": {"temperature": 0, "max_new_tokens": MAX_NEW_TOKENS, **params}})
+                       "sampling_params": {"temperature": 0, "max_new_tokens": MAX_TOKENS, **params}})
     request = urllib.request.Request(url, data=body.encode(), headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=300) as response:
         return json.load(response)
