@@ -63,7 +63,7 @@ def reference(model: Any, settings: dict | None, prompts: list[list[int]]) -> tu
 
 
 def vllm(path: Path, settings: dict, prompts: list[list[int]]) -> tuple[list[list[int]], int]:
-    from tests.vllm_engine import engine  # isort: split
+    from tests.support.vllm_engine import engine  # isort: split
     from vllm import SamplingParams as VllmSampling
     from vllm import TokensPrompt
 
@@ -82,7 +82,7 @@ def sglang(path: Path, settings: dict, prompts: list[list[int]]) -> tuple[list[l
     from concurrent.futures import ThreadPoolExecutor
 
     from scripts.sglang_server import CPU_ARGS, sglang_server
-    from tests.test_sglang_server import generate
+    from tests.support.sglang_client import generate
 
     with (sglang_server(path, "jacobi", json.dumps(settings), [*CPU_ARGS, "--skip-tokenizer-init"]) as client,
           ThreadPoolExecutor(len(prompts)) as pool):

@@ -1,6 +1,6 @@
 """Under sampling, SGLang with `--decode-mode jacobi` (with and without rejection recycling) and `diffusion_self`
 follows the model's distribution exactly (3000 unseeded requests on a vocabulary-8 model, chi-square against the
-exact joint from `tests.test_sampling_exact`).
+exact joint from `tests/common/test_sampling_exact.py`).
 
 Runs in the SGLang environment; skipped where SGLang is not installed unless `PD_REQUIRE_SGLANG=1`."""
 

@@ -30,7 +30,7 @@ SWEEP = ("jacobi", "jacobi_recycling", "diffusion_self_quadratic")
 
 @pytest.fixture(scope="module")
 def engine_env():
-    """`tests.test_sglang_engine.cpu_engine_env` for the whole module (the AR reference is computed once)."""
+    """`cpu_engine_env` (tests/sglang/conftest.py) for the whole module (the AR reference is computed once)."""
     with pytest.MonkeyPatch.context() as patch:
         for name, value in cpu_env().items():
             patch.setenv(name, value)
