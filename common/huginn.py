@@ -9,15 +9,19 @@ the prelude embeds the rows, the core runs `inner` recurrences on their latents,
 - `speculative`: `lookahead_for_draft` tokens drafted one by one with `draft_steps` recurrences, verified in one
   forward with `num_steps` (greedy match, or rejection sampling against the drafts' own distributions): lossless
   against `ar` on the `full` cache, where a parallel forward and a token-by-token one see the same KV.
-- `wavefront`: the diffusion-forcing sampler (Algorithms 1 and 2): every in-flight position advances
-  `inner_recurrence` recurrences per step with its latent kept across steps, a new position enters each step
-  (up to `max_wavefront` in flight), input embeddings with momentum `ema_embeds`, optional state noise
-  `state_noise_mixing` / (1 + recurrences done); the leading positions whose latent changed less than `exit_t` (or
-  that reached `num_steps`; `freeze_strategy` `fixed`: only that) freeze: their KV stays, their next-token
-  predictions are committed, the others are recomputed next step. With `fixed` and `inner_recurrence` =
-  `num_steps` it is `ar`; with `max_wavefront` 1 and `inner_recurrence` 1 it is `adaptive`. (Upstream's code
-  freezes a converged position's input token but re-runs the position; we freeze the position and its prediction,
-  as the paper's text does.)
+- `wavefront`: the diffusion-forcing sampler (Algorithm 2) as upstream's `generate_diffusion_style` runs it, under
+  its keyword names: every in-flight position advances `inner_recurrence` recurrences per step with its latent
+  kept across steps and its input token the previous position's latest prediction; a position enters each step
+  (up to `max_wavefront`, 0: no bound); input embeddings with momentum `ema_embeds` (a new position's scaled by
+  1 - `ema_embeds`, as upstream's are); state noise `state_noise_mixing` / (1 + the position's recurrences)
+  (`dampened_state_mixer`, `sqrt_mixer`); a new position starts from a fresh latent or its predecessor's
+  (`continuous_compute`). The positions up to the *last* one that passed `freeze_strategy`'s test freeze (no
+  per-position cap): `latent-diff` (relative latent change below `exit_t`), `token-stability`, or `fixed` (the
+  first position each step after num_steps // inner_recurrence steps). Their KV stays and their predictions
+  are committed; the last one stays in flight with its input token frozen (upstream's rule, `frozen_token`
+  `input`), or freezes with its prediction (the paper's text, `frozen_token` `prediction`). Past
+  `max_diffusion_steps` steps, where upstream stops, the first position freezes every step. Refused by name:
+  `headway` > 1, `full_prefill` false, the `latent-acceleration` strategies and the analysis tablets.
 
 Initial latents are drawn per position from the request's seed, so a position starts from the same latent in
 every sampler and every batch; a greedy request without a seed uses `GREEDY_LATENT_SEED`, so that temperature 0
@@ -42,8 +46,12 @@ SAMPLER_FIELDS = {
     "adaptive": {"criterion", "exit_threshold"},
     "speculative": {"draft_steps", "lookahead_for_draft", "cache_lookup_strategy"},
     "wavefront": {"inner_recurrence", "exit_t", "freeze_strategy", "ema_embeds", "state_noise_mixing",
-                  "max_wavefront", "headway"},
+                  "max_wavefront", "headway", "dampened_state_mixer", "sqrt_mixer", "continuous_compute",
+                  "max_diffusion_steps", "full_prefill", "return_analysis_tablets", "return_full_state_tablet",
+                  "frozen_token", "cache_lookup_strategy"},
 }
+FREEZE_STRATEGIES = ("latent-diff", "fixed", "token-stability")
+REFUSED_FREEZE_STRATEGIES = ("latent-acceleration-1", "latent-acceleration-2")
 COMMON_FIELDS = {"sampler", "num_steps", "init_scale"}
 LATENT_SEED_STRIDE = 1_000_003
 GREEDY_LATENT_SEED = 0  # the latent (and state-noise) seed of a greedy request without one: temperature 0 reproduces
@@ -65,9 +73,17 @@ class HuginnConfig:
     exit_t: float = 0.03
     freeze_strategy: str = "latent-diff"
     ema_embeds: float = 0.1
-    state_noise_mixing: float = 0.0
+    state_noise_mixing: float = 0.5
     max_wavefront: int = 128
     headway: int = 1
+    dampened_state_mixer: bool = True
+    sqrt_mixer: bool = False
+    continuous_compute: bool = False
+    max_diffusion_steps: int = 4096
+    full_prefill: bool = True
+    return_analysis_tablets: bool = False
+    return_full_state_tablet: bool = False
+    frozen_token: str = "input"
 
     def __post_init__(self) -> None:
         require(self.sampler in SAMPLERS, "sampler", f"one of {SAMPLERS}", self.sampler)
@@ -88,12 +104,23 @@ class HuginnConfig:
         if self.sampler == "wavefront":
             require(1 <= self.inner_recurrence <= self.num_steps, "inner_recurrence", "in [1, num_steps]",
                     self.inner_recurrence)
-        require(self.freeze_strategy in ("latent-diff", "fixed"), "freeze_strategy", "'latent-diff' or 'fixed'",
+        if self.freeze_strategy in REFUSED_FREEZE_STRATEGIES:
+            raise ConfigError(f"freeze_strategy {self.freeze_strategy!r} is not served (one of {FREEZE_STRATEGIES})")
+        require(self.freeze_strategy in FREEZE_STRATEGIES, "freeze_strategy", f"one of {FREEZE_STRATEGIES}",
                 self.freeze_strategy)
         require(0 <= self.ema_embeds < 1, "ema_embeds", "in [0, 1)", self.ema_embeds)
         require(0 <= self.state_noise_mixing <= 1, "state_noise_mixing", "in [0, 1]", self.state_noise_mixing)
-        require(self.max_wavefront >= 1, "max_wavefront", ">= 1", self.max_wavefront)
+        least = 2 if self.frozen_token == "input" and self.freeze_strategy != "fixed" else 1
+        require(self.max_wavefront >= least or self.max_wavefront == 0, "max_wavefront",
+                f">= {least} (a wave of one whose first row is frozen never commits), or 0 for no bound",
+                self.max_wavefront)
         require(self.headway == 1, "headway", "1 (one new position per step)", self.headway)
+        require(self.max_diffusion_steps >= 1, "max_diffusion_steps", ">= 1", self.max_diffusion_steps)
+        require(self.full_prefill is True, "full_prefill", "true (the engines prefill the prompt)", self.full_prefill)
+        for name in ("return_analysis_tablets", "return_full_state_tablet"):
+            require(getattr(self, name) is False, name, "false (no analysis tablets are served)", getattr(self, name))
+        require(self.frozen_token in ("input", "prediction"), "frozen_token", "'input' or 'prediction'",
+                self.frozen_token)
 
 
 ENGINE_SAMPLERS = ("ar", "adaptive", "wavefront")
@@ -105,6 +132,8 @@ def check_engine_config(config: HuginnConfig, engine: str) -> None:
     if config.sampler not in ENGINE_SAMPLERS:
         raise ConfigError(f"sampler must be one of {list(ENGINE_SAMPLERS)} on {engine}, got {config.sampler!r} (the "
                           f"speculative sampler's drafts run at positions {engine} has not scheduled)")
+    if config.sampler == "wavefront" and config.max_wavefront == 0:
+        raise ConfigError(f"max_wavefront must be >= 1 on {engine} (its rows are the step's draft slots), got 0")
     if config.cache_lookup_strategy != "compress-s4":
         raise ConfigError(f"cache_lookup_strategy must be 'compress-s4' on {engine} (one KV slot per core layer), "
                           f"got {config.cache_lookup_strategy!r}")
@@ -228,8 +257,9 @@ class Row:
 
     token: int
     latent: torch.Tensor
-    recurrences: int = 0
-    embed: torch.Tensor | None = None
+    recurrences: int = 0  # as upstream counts them at the position: the prefill's, then each step's
+    embed: torch.Tensor | None = None  # the last step's input embedding (zeros: a new row, scaled by 1 - ema)
+    stable: int = 0  # steps whose prediction matched this row's input token (`token-stability`)
 
 
 @dataclass
@@ -250,6 +280,7 @@ class HuginnDecoder(margins.DecisionMargins):
     drafts: list[int] = field(default_factory=list)
     draft_probs: list[torch.Tensor] = field(default_factory=list)
     picked: list[int] = field(default_factory=list)  # the last forward's logit rows its last commits were chosen from
+    wave_steps: int = 0  # wavefront steps since the prefill (or a recompute)
     margins: list[float] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -305,14 +336,16 @@ class HuginnDecoder(margins.DecisionMargins):
 
     def plan_wavefront(self) -> RecurrentForward:
         config = self.config
-        if not self.rows:
-            self.rows = [Row(self.tokens[-1], self.latent(self.cache_len))]
+        if not self.rows:  # after the prefill (or a recompute): upstream counts the prefill's recurrences there
+            self.rows = [Row(self.tokens[-1], self.latent(self.cache_len), config.num_steps)]
         latents = []
         for row in self.rows:
-            beta = config.state_noise_mixing / (1 + row.recurrences)
+            beta = config.state_noise_mixing / ((1 + row.recurrences) if config.dampened_state_mixer else 1)
             z = row.latent
             if beta > 0:
-                z = (1 - beta) * z + beta * self.model.initial_latent(self.generator, config.init_scale)
+                noise = self.model.initial_latent(self.generator, config.init_scale)
+                z = (z * max(1 - beta, 0) ** 0.5 + beta**0.5 * noise if config.sqrt_mixer
+                     else (1 - beta) * z + beta * noise)
             latents.append(z)
         embeds = [row.embed for row in self.rows if row.embed is not None]
         return RecurrentForward(
@@ -347,7 +380,7 @@ class HuginnDecoder(margins.DecisionMargins):
     def resume(self, logits: torch.Tensor) -> list[int]:
         """After an engine recomputed the KV of every token (a preempted request, as `ar` computes it): the next
         token from the recompute's last row, and the in-flight positions started afresh."""
-        self.rows, self.drafts, self.draft_probs = [], [], []
+        self.rows, self.drafts, self.draft_probs, self.wave_steps = [], [], [], 0
         self.cache_len = len(self.tokens)
         return self.chosen_from(self.commit(self.choose(logits[-1:])), len(logits) - 1)
 
@@ -396,36 +429,56 @@ class HuginnDecoder(margins.DecisionMargins):
         return self.commit(committed)
 
     def apply_wavefront(self, forward: RecurrentForward, out: RecurrentOutput) -> list[int]:
+        """One step of upstream's `generate_diffusion_style`: every row's next token is predicted and becomes the
+        next row's input, a row enters at the end (up to `max_wavefront`), and the rows up to the last one that
+        passed the freeze test freeze; what they commit is `frozen_token`'s (see `frozen_rows`)."""
         config = self.config
         predicted = self.choose(out.logits)
-        exits, changes, tests = [], [], []
+        changes = []
         for i, row in enumerate(self.rows):
-            change = relative_change(out.latents[i], row.latent)
+            changes.append(relative_change(out.latents[i], row.latent))
             row.latent, row.embed = out.latents[i], out.embeds[i]
             row.recurrences += forward.inner
-            converged = config.freeze_strategy == "latent-diff" and change < config.exit_t
-            exits.append(converged or row.recurrences >= config.num_steps)
-            changes.append(change)
-            tests.append(config.freeze_strategy == "latent-diff" and row.recurrences < config.num_steps)
-        deciding = next((i + 1 for i, e in enumerate(exits) if not e), len(exits))  # past the first that stays: moot
-        self.note_exits(changes[:deciding], tests[:deciding], config.exit_t)
-        for i in range(1, len(self.rows)):
-            self.rows[i].token = predicted[i - 1]
-        last_input = len(self.prompt) + self.limits.max_tokens - 2  # the last position whose prediction is kept
+            if i:
+                row.stable += predicted[i - 1] == row.token
+                row.token = predicted[i - 1]
+        frozen = self.frozen_rows(changes)
+        # the last position that can commit: its input token (upstream's rule) or its prediction is the last token
+        last_input = len(self.prompt) + self.limits.max_tokens - (1 if config.frozen_token == "input" else 2)
         if self.limits.context is not None:
             last_input = min(last_input, self.limits.context - 1)
-        if len(self.rows) < config.max_wavefront and self.cache_len + len(self.rows) <= last_input:
-            self.rows.append(Row(predicted[-1], self.latent(self.cache_len + len(self.rows))))
-        frozen = 0
-        while frozen < len(exits) and exits[frozen]:
-            frozen += 1
+        width = len(self.rows)
+        if (config.max_wavefront == 0 or width < config.max_wavefront) and self.cache_len + width <= last_input:
+            latent = out.latents[-1].clone() if config.continuous_compute else self.latent(self.cache_len + width)
+            self.rows.append(Row(predicted[-1], latent, embed=torch.zeros_like(out.embeds[-1])))
+        self.wave_steps += 1
         committed = self.commit(predicted[:frozen])
         self.cache_len += frozen
         self.rows = self.rows[frozen:]
         if not self.rows and not self.finished:
-            self.rows = [Row(self.tokens[-1], self.latent(self.cache_len))]
+            self.rows = [Row(self.tokens[-1], self.latent(self.cache_len), config.num_steps)]
         return committed
 
+    def frozen_rows(self, changes: list[float]) -> int:
+        """How many leading rows freeze this step (their KV kept, their predictions committed). `latent-diff`: the
+        rows up to the last whose latent changed less than `exit_t`; `token-stability`: up to the last whose input
+        token the predictions matched more than num_steps // inner_recurrence times; `fixed`: the first row, from
+        step num_steps // inner_recurrence + 1 on. With `frozen_token` `input` (upstream's) the last such row stays
+        in flight, its input token frozen (the first row's is frozen already); with `prediction` (the paper's
+        text) it freezes with its prediction. Past `max_diffusion_steps` steps, where upstream stops generating,
+        the first row freezes every step (as `fixed`), so that a request still ends by its own limits."""
+        config = self.config
+        if config.freeze_strategy == "fixed" or self.wave_steps > config.max_diffusion_steps:
+            return int(self.wave_steps > config.num_steps // config.inner_recurrence)
+        if config.freeze_strategy == "latent-diff":
+            passed = [change < config.exit_t for change in changes]
+        else:
+            passed = [row.stable > config.num_steps // config.inner_recurrence for row in self.rows]
+        last = max((i for i, p in enumerate(passed) if p), default=-1)
+        if config.freeze_strategy == "latent-diff":  # the tests from the last passed one on decided
+            deciding = max(last, 0)
+            self.note_exits(changes[deciding:], [True] * (len(changes) - deciding), config.exit_t)
+        return last + 1 if config.frozen_token == "prediction" else max(last, 0)
 
 def initial_latents(model: RavenForCausalLM, seed: int, start: int, count: int, scale: float = 1.0) -> torch.Tensor:
     """The initial latents of positions start.. of a request whose latent seed is `seed`: each position's own

@@ -1,8 +1,9 @@
-"""Huginn's samplers on a tiny random recurrent-depth model: the paper's equivalences (Algorithm 1 with the fixed exit
-and r' = r is `ar`; a wavefront of one with adaptive exit is `adaptive`), `speculative` lossless against `ar`
+"""Huginn's samplers on a tiny random recurrent-depth model: the wavefront against upstream's layout of the same
+sampler, its freeze rules on scripted latents (up to the last converged position; `fixed`; `token-stability`), a
+wavefront of one with the paper's frozen token and adaptive exit is `adaptive`, `speculative` lossless against `ar`
 (greedy, and exactly distributed by enumeration), the cache against a recompute, `ar`'s logprobs against a
 teacher-forced forward, greedy without a seed reproducible, the wavefront's decision slacks (argmaxes and exit tests),
-the published config's shapes, and settings of another sampler refused by name."""
+the published config's shapes, and settings of another sampler (or upstream keywords not served) refused by name."""
 
 import itertools
 import random
@@ -13,10 +14,20 @@ import torch
 
 from common.decoder import Limits
 from common.errors import ConfigError
-from common.huginn import HuginnConfig, HuginnDecoder, RecurrentForward, generate, run_forward
+from common.huginn import (
+    HuginnConfig,
+    HuginnDecoder,
+    RecurrentForward,
+    RecurrentOutput,
+    Row,
+    check_engine_config,
+    generate,
+    run_forward,
+)
 from common.models.raven import KVCache, RavenConfig, RavenForCausalLM
 from common.sampling import SamplingParams, target_probs
 from scripts.make_tiny_models import build_raven
+from tests.support import naive_wavefront
 from tests.support.exact import P_VALUE_FLOOR, chi_square_p_value
 from tests.support.huginn_configs import HUGINN_0125
 
@@ -40,16 +51,76 @@ def outputs(model, prompts, config: HuginnConfig, sampling: SamplingParams) -> l
     return [generate(model, p, config, sampling, Limits(MAX_TOKENS)).token_ids for p in prompts]
 
 
-@pytest.mark.parametrize("sampling", [SamplingParams(seed=5), SamplingParams(temperature=1.0, seed=7)],
-                         ids=["greedy", "sampled"])
-def test_fixed_exit_with_full_inner_recurrence_is_ar(raven, prompts, sampling):
-    """Tokens, and the logprobs read from the rows that chose them (the wavefront's leading frozen ones)."""
-    wave = HuginnConfig(sampler="wavefront", num_steps=R, inner_recurrence=R, freeze_strategy="fixed")
+WAVEFRONTS = {
+    "latent-diff": {"exit_t": 0.2},
+    "paper's frozen token": {"exit_t": 0.2, "frozen_token": "prediction", "init_scale": 0.0},
+    "fixed": {"freeze_strategy": "fixed", "inner_recurrence": 2},
+    "token-stability": {"freeze_strategy": "token-stability", "inner_recurrence": 2, "max_wavefront": 4},
+    "mixers": {"exit_t": 0.2, "sqrt_mixer": True, "dampened_state_mixer": False, "continuous_compute": True},
+    "step budget": {"exit_t": 0.0, "max_diffusion_steps": 6},
+}
+
+
+@pytest.mark.parametrize("settings", WAVEFRONTS.values(), ids=WAVEFRONTS.keys())
+def test_wavefront_equals_upstreams_layout(raven, prompts, settings):
+    """The decoder's rows give the tokens of the sampler written as upstream lays it out (one state tensor, a
+    token sequence, freezing by cache-length arithmetic), greedy, for each freeze rule and mixer."""
+    config = HuginnConfig(sampler="wavefront", num_steps=R, **settings)
     for prompt in prompts:
-        ar = generate(raven, prompt, HuginnConfig(num_steps=R), sampling, Limits(MAX_TOKENS))
-        got = generate(raven, prompt, wave, sampling, Limits(MAX_TOKENS))
-        assert got.token_ids == ar.token_ids
-        assert torch.allclose(torch.tensor(got.logprobs), torch.tensor(ar.logprobs), atol=1e-5)
+        got = generate(raven, prompt, config, SamplingParams(), Limits(MAX_TOKENS)).token_ids
+        assert got == naive_wavefront.wavefront(raven, prompt, config, MAX_TOKENS)
+
+
+def scripted_step(raven, config: HuginnConfig, changes: list[float], decoder: HuginnDecoder | None = None
+                  ) -> tuple[HuginnDecoder, list[int]]:
+    """One wavefront step whose rows' latents change by `changes` (relative) and whose predictions are 20, 21, ...
+    after a 2-token prompt and one committed token (rows' input tokens 10, 11, ... on a fresh decoder)."""
+    d = raven.config.n_embd
+    if decoder is None:
+        decoder = HuginnDecoder([1, 2], SamplingParams(), Limits(MAX_TOKENS), config, raven, output=[3], cache_len=2)
+        decoder.rows = [Row(10 + i, torch.ones(d)) for i in range(len(changes))]
+    n = len(decoder.rows)
+    grow = torch.tensor([c / (1 - c) for c in changes])[:, None]
+    latents = torch.stack([row.latent for row in decoder.rows]) * (1 + grow)
+    logits = torch.full((n, 64), -1.0).scatter(1, torch.arange(20, 20 + n)[:, None], 1.0)
+    forward = RecurrentForward(torch.tensor([row.token for row in decoder.rows]), decoder.cache_len,
+                               latents, config.inner_recurrence)
+    return decoder, decoder.apply(forward, RecurrentOutput(latents, logits, torch.zeros(n, d)))
+
+
+def test_wavefront_freezes_up_to_the_last_converged_row(raven):
+    """Latent changes 0.5, 0.01, 0.2, 0.02, 0.3 against exit_t 0.03: the last row below it is row 3 (the first is
+    not), so rows 0-2 freeze and commit their predictions 20-22; row 3 stays in flight with its input token 22
+    frozen (upstream's rule), or freezes too and commits 23 (the paper's, `frozen_token` `prediction`)."""
+    config = HuginnConfig(sampler="wavefront", num_steps=R, exit_t=0.03)
+    decoder, committed = scripted_step(raven, config, [0.5, 0.01, 0.2, 0.02, 0.3])
+    assert committed == [20, 21, 22] and decoder.cache_len == 5
+    assert [row.token for row in decoder.rows] == [22, 23, 24]  # row 3, row 4, the new position
+    assert torch.allclose(decoder.rows[0].latent, torch.ones(raven.config.n_embd) / 0.98)  # row 3's state kept
+    paper = replace(config, frozen_token="prediction")
+    decoder, committed = scripted_step(raven, paper, [0.5, 0.01, 0.2, 0.02, 0.3])
+    assert committed == [20, 21, 22, 23] and decoder.cache_len == 6
+    assert [row.token for row in decoder.rows] == [23, 24]
+    _, committed = scripted_step(raven, config, [0.5, 0.2, 0.3])
+    assert committed == []
+
+
+def test_fixed_and_token_stability_freeze_by_count(raven):
+    """`fixed` freezes the first row every step from step num_steps // inner_recurrence + 1 on; `token-stability`
+    up to the last row whose input token the predictions matched more than num_steps // inner_recurrence times."""
+    fixed = HuginnConfig(sampler="wavefront", num_steps=R, inner_recurrence=4, freeze_strategy="fixed")
+    decoder, commits = None, []
+    for _ in range(4):
+        decoder, committed = scripted_step(raven, fixed, [0.5] * (len(decoder.rows) if decoder else 2), decoder)
+        commits.append(committed)
+    assert commits == [[], [], [], [20]]
+    stability = HuginnConfig(sampler="wavefront", num_steps=R, inner_recurrence=4, max_wavefront=2,
+                             freeze_strategy="token-stability")
+    decoder, commits = None, []
+    for _ in range(4):  # row 1's input 11 becomes 20, predicted again at each later step: 1, 2, 3 > 8 // 4 times
+        decoder, committed = scripted_step(raven, stability, [0.5, 0.5], decoder)
+        commits.append(committed)
+    assert commits == [[], [], [], [20]]
 
 
 def test_wavefront_of_one_with_adaptive_exit_is_adaptive(raven, prompts):
@@ -57,7 +128,8 @@ def test_wavefront_of_one_with_adaptive_exit_is_adaptive(raven, prompts):
     adaptive = HuginnConfig(sampler="adaptive", num_steps=R, exit_threshold=0.3)
     results = [generate(raven, p, adaptive, sampling, Limits(MAX_TOKENS)) for p in prompts]
     assert 1 < sum(r.core_passes_per_token for r in results) / len(results) < R - 1  # exits really vary
-    wave = HuginnConfig(sampler="wavefront", num_steps=R, inner_recurrence=1, exit_t=0.3, max_wavefront=1)
+    wave = HuginnConfig(sampler="wavefront", num_steps=R, inner_recurrence=1, exit_t=0.3, max_wavefront=1,
+                        frozen_token="prediction", state_noise_mixing=0.0)
     assert outputs(raven, prompts, wave, sampling) == [r.token_ids for r in results]
 
 
@@ -85,7 +157,8 @@ def test_wavefront_notes_its_decisions_slack(raven, prompts, monkeypatch):
 
     wave = HuginnConfig(sampler="wavefront", num_steps=R, inner_recurrence=2)
     result = generate(raven, prompts[0], wave, SamplingParams(seed=5), Limits(MAX_TOKENS))
-    assert len(result.margins) == MAX_TOKENS and all(0 < m < float("inf") for m in result.margins)
+    decided = [m for m in result.margins if m < float("inf")]  # inf: committed in the step its predecessor was
+    assert len(result.margins) == MAX_TOKENS and len(decided) > MAX_TOKENS // 2 and all(m > 0 for m in decided)
     changes = []
     measure = huginn.relative_change
     monkeypatch.setattr(huginn, "relative_change", lambda new, old: changes.append(measure(new, old)) or changes[-1])
@@ -200,12 +273,23 @@ def test_checkpoint_round_trip(raven, tmp_path, prompts):
     ({"sampler": "wavefront", "exit_threshold": 0.1}, "exit_threshold"),
     ({"sampler": "adaptive", "cache_lookup_strategy": "full"}, "cache_lookup_strategy"),
     ({"sampler": "wavefront", "headway": 2}, "headway"),
+    ({"sampler": "wavefront", "freeze_strategy": "latent-acceleration-1"}, "latent-acceleration-1"),
+    ({"sampler": "wavefront", "full_prefill": False}, "full_prefill"),
+    ({"sampler": "wavefront", "return_analysis_tablets": True}, "return_analysis_tablets"),
+    ({"sampler": "wavefront", "max_wavefront": 1}, "max_wavefront"),
+    ({"sampler": "wavefront", "frozen_token": "output"}, "frozen_token"),
     ({"sampler": "beam"}, "sampler"),
     ({"sampler": "speculative", "draft_steps": 40}, "draft_steps"),
 ])
 def test_bad_settings_refused_by_name(settings, field):
     with pytest.raises(ConfigError, match=field):
         HuginnConfig(**settings)
+
+
+def test_engines_refuse_an_unbounded_wavefront():
+    """An engine's draft slots are `max_wavefront`'s rows: upstream's 0 (no bound) is the reference's alone."""
+    with pytest.raises(ConfigError, match="max_wavefront"):
+        check_engine_config(HuginnConfig(sampler="wavefront", max_wavefront=0), "vLLM")
 
 
 def test_batched_training_forward_equals_cached_rows(raven, prompts):
