@@ -3,7 +3,8 @@ replace vLLM's sampler and its logits processors), refused by name before a requ
 raises, the OpenAI server answers 400. `logprobs` they report (`vllm_plugin.logprobs`; `huginn`'s are those of the
 distribution each token was chosen from), and `prompt_logprobs` from their causal prefill (all but `wedlm`).
 
-The lossless methods are verified by vLLM's own rejection sampler, which applies them to the target."""
+The lossless methods are verified by vLLM's own rejection sampler, which applies them to the target. Every field of
+`vllm.SamplingParams` is in one of three sets below (applied by the decoders, applied by vLLM, refused)."""
 
 import functools
 from typing import Any
@@ -13,9 +14,21 @@ from vllm_plugin.config import ADDITIONAL_CONFIG_KEY
 # vLLM sampling parameters the committing methods do not apply, with the value that leaves them off.
 NEUTRAL = {"presence_penalty": 0.0, "frequency_penalty": 0.0, "repetition_penalty": 1.0, "min_p": 0.0,
            "min_tokens": 0, "logprobs": None, "prompt_logprobs": None, "logprob_token_ids": None,
-           "structured_outputs": None, "logit_bias": None, "allowed_token_ids": None, "bad_words": None}
+           "prompt_logprob_token_ids": None, "prompt_logprob_start": None, "structured_outputs": None,
+           "logit_bias": None, "allowed_token_ids": None, "bad_words": None, "thinking_token_budget": None,
+           "trace_decode_token_ids": None}
 # What they report all the same.
 REPORTED = {"logprobs", "prompt_logprobs"}
+# What their decoders apply (`vllm_plugin.proposer.request_sampling`), and what vLLM applies outside its sampler
+# (fan-out, stop checks, detokenizing, streaming, output formats, its own bookkeeping): every other field of
+# `vllm.SamplingParams` is in NEUTRAL (`tests/vllm/test_request_options.py` holds the three sets to vLLM's fields).
+APPLIED_BY_DECODERS = {"temperature", "top_p", "top_k", "seed"}
+APPLIED_BY_VLLM = {"n", "stop", "stop_token_ids", "ignore_eos", "max_tokens", "detokenize", "skip_special_tokens",
+                   "spaces_between_special_tokens", "include_stop_str_in_output", "output_kind", "stream_interval",
+                   "output_text_buffer_length", "repetition_detection", "flat_logprobs", "skip_clone",
+                   "skip_reading_prefix_cache", "extra_args", "routed_experts_prompt_start", "_eos_token_id",
+                   "_all_stop_token_ids", "_watermarking_skipped", "_bad_words_token_ids",
+                   "watermarking"}  # only a Model Runner V2 engine watermarks, and ours refuse V2 at startup
 
 
 def check(method: str, params: Any, committing: bool) -> None:
@@ -29,7 +42,11 @@ def check(method: str, params: Any, committing: bool) -> None:
         if name in REPORTED and not (name == "prompt_logprobs" and method == "wedlm"):
             continue
         value = getattr(params, name, neutral)
-        if value != neutral and value not in ({}, []):
+        if neutral is None:  # set when present and not empty (a dict, a list or an array of token ids)
+            on = value is not None and (not hasattr(value, "__len__") or len(value) > 0)
+        else:
+            on = value != neutral
+        if on:
             raise VLLMValidationError(f"{name} is not applied with speculative method {method}: leave it unset "
                                       f"or {neutral!r}, got {value!r}", parameter=name, value=value)
 
