@@ -8,6 +8,15 @@ from typing import Any
 NEUTRAL_SAMPLING = {"min_p": 0.0, "frequency_penalty": 0.0, "presence_penalty": 0.0, "repetition_penalty": 1.0,
                     "min_new_tokens": 0, "json_schema": None, "regex": None, "ebnf": None, "structural_tag": None,
                     "logit_bias": None, "beam_width": None, "watermark": None}
+# What our decoders apply (`sglang_plugin.worker.sampling_of`), and what SGLang applies around them (fan-out, stop
+# checks, detokenizing, streaming, its normalised copies; `custom_params` feed a custom logit processor and
+# `ebnf_full_assistant` an EBNF grammar, both refused): every field of SGLang's `SamplingParams` is in one of the
+# three sets (`tests/sglang/test_sglang_request_options.py`).
+APPLIED_BY_DECODERS = {"temperature", "top_p", "top_k", "sampling_seed"}
+APPLIED_BY_SGLANG = {"max_new_tokens", "stop", "stop_token_ids", "stop_regex", "n", "ignore_eos", "skip_special_tokens",
+                     "spaces_between_special_tokens", "no_stop_trim", "stream_interval", "custom_params",
+                     "ebnf_full_assistant", "stop_strs", "stop_regex_strs", "stop_str_max_len", "stop_regex_max_len",
+                     "is_normalized"}
 
 
 def check_request(manager: Any, obj: Any, *_: Any, **__: Any) -> None:
