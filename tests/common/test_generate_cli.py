@@ -67,18 +67,32 @@ def test_lossless_methods_match_ar_through_cli(outputs):
 
 
 def test_huginn_wavefront_through_cli(tiny_dir, prompts, tmp_path):
-    """`--method huginn` on the tiny Raven: the wavefront with the fixed exit and r' = r is `ar`."""
+    """`--method huginn` on the tiny Raven: the records hold `common.huginn.generate`'s tokens and core passes
+    for the prompts' token ids, `ar` spends `num_steps` passes per forward, and greedy margins are positive."""
+    from transformers import PreTrainedTokenizerFast
+
+    from common.decoder import Limits
+    from common.huginn import HuginnConfig
+    from common.huginn import generate as huginn_generate
+    from common.models.raven import RavenForCausalLM
+    from common.sampling import SamplingParams
+
     prompts_file = tmp_path / "prompts.txt"
     prompts_file.write_text("\n".join(prompts[:3]) + "\n")
     raven = ["--model", str(tiny_dir / "raven"), "--method", "huginn", "--prompts-file", str(prompts_file)]
-    got = {}
-    for name, config in (("ar", '{"num_steps": 4}'),
-                         ("wave", '{"sampler": "wavefront", "num_steps": 4, "inner_recurrence": 4, '
-                                  '"freeze_strategy": "fixed"}')):
-        got[name] = generate(tmp_path / f"{name}.json", *raven, "--config", config, "--max-tokens", "9", "--seed", "3")
-    assert [r["token_ids"] for r in got["wave"]] == [r["token_ids"] for r in got["ar"]]
+    settings = {"sampler": "wavefront", "num_steps": 4, "inner_recurrence": 2, "max_diffusion_steps": 16}
+    got = {name: generate(tmp_path / f"{name}.json", *raven, "--config", config, "--max-tokens", "9", "--seed", "3")
+           for name, config in (("ar", '{"num_steps": 4}'), ("wave", json.dumps(settings)))}
+    model = RavenForCausalLM.from_pretrained(tiny_dir / "raven")
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(tiny_dir / "raven")
+    limits = Limits(9, eos_token_ids=tuple(t for t in (tokenizer.eos_token_id,) if t is not None))
+    for prompt, record in zip(prompts[:3], got["wave"], strict=True):
+        expected = huginn_generate(model, tokenizer.encode(prompt), HuginnConfig(**settings), SamplingParams(seed=3),
+                                   limits)
+        assert (record["token_ids"], record["core_passes"]) == (expected.token_ids, expected.core_passes)
     assert all(r["core_passes"] == 4 * r["forwards"] for r in got["ar"])
-    assert all(len(r["margins"]) == len(r["token_ids"]) and all(m > 0 for m in r["margins"]) for r in got["wave"])
+    assert all(len(r["margins"]) == len(r["token_ids"]) and all(m is None or m > 0 for m in r["margins"])
+               for r in got["wave"])
     sampled = generate(tmp_path / "sampled.json", *raven, "--config", '{"sampler": "wavefront"}', "--max-tokens", "9",
                        "--temperature", "1.0")
     assert all(r["margins"] == [None] * len(r["token_ids"]) for r in sampled)  # null, not JSON-invalid Infinity
