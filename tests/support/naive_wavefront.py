@@ -1,17 +1,18 @@
 """Huginn's diffusion-forcing sampler (seed 000, Algorithm 2) written as upstream's `generate_diffusion_style` is
 laid out: one state tensor for the in-flight positions, one token sequence of frozen tokens and guesses, freezing
-by index arithmetic on the cache length. Greedy; it shares only the model and its cache with `common.huginn`, so
-the decoder's per-row bookkeeping is checked against a second formulation.
+by index arithmetic on the cache length. Greedy; it shares only the model, its cache and the latent seeding with
+`common.huginn`, so the decoder's per-row bookkeeping is checked against a second formulation.
 """
 
 import torch
 
+from common.huginn import LATENT_SEED_STRIDE
 from common.models.raven import KVCache
 
 
 def latent(model, seed: int, position: int, scale: float) -> torch.Tensor:
     """A position's initial latent as every sampler draws it (`common.huginn.initial_latents`'s seeding)."""
-    return model.initial_latent(torch.Generator().manual_seed(seed * 1_000_003 + position), scale)
+    return model.initial_latent(torch.Generator().manual_seed(seed * LATENT_SEED_STRIDE + position), scale)
 
 
 def relative(new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
