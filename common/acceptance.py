@@ -4,7 +4,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from common.sampling import SamplingParams, sample, target_probs
+from parallel_decoding.common.sampling import SamplingParams, sample, target_probs
 
 
 @dataclass

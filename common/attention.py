@@ -2,7 +2,7 @@
 
 import torch
 
-from common.window import Forward
+from parallel_decoding.common.window import Forward
 
 
 def additive_mask(forward: Forward, prefix_len: int, dtype: torch.dtype, recompute: bool = False) -> torch.Tensor:

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
-from common.errors import ConfigError
+from parallel_decoding.common.errors import ConfigError
 
 
 def resolve_mask_token_id(model_config: Any, tokenizer: Any, override: int | None = None) -> int:

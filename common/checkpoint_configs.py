@@ -13,10 +13,10 @@ from typing import Any, ClassVar
 from transformers import AutoConfig, Ministral3Config, PretrainedConfig, Qwen3Config
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
-from common.checkpoint import NLD_MODEL_TYPE
-from common.models.raven import ARCHITECTURE as RAVEN_ARCHITECTURE
-from common.models.raven import MODEL_TYPE as RAVEN_MODEL_TYPE
-from common.models.raven import RavenConfig
+from parallel_decoding.common.checkpoint import NLD_MODEL_TYPE
+from parallel_decoding.common.models.raven import ARCHITECTURE as RAVEN_ARCHITECTURE
+from parallel_decoding.common.models.raven import MODEL_TYPE as RAVEN_MODEL_TYPE
+from parallel_decoding.common.models.raven import RavenConfig
 
 # The architectures these checkpoints name, which the engine adapters map onto stock model classes.
 ARCHITECTURES = ("WeDLMForCausalLM", "NemotronLabsDiffusionModel", RAVEN_ARCHITECTURE)

@@ -8,12 +8,12 @@ from itertools import accumulate
 
 import torch
 
-from common import margins
-from common.acceptance import AcceptanceStats
-from common.errors import require
-from common.row_stats import RowReading, RowStats
-from common.sampling import SamplingParams, choose
-from common.window import Forward, Outcome, causal_forward
+from parallel_decoding.common import margins
+from parallel_decoding.common.acceptance import AcceptanceStats
+from parallel_decoding.common.errors import require
+from parallel_decoding.common.row_stats import RowReading, RowStats
+from parallel_decoding.common.sampling import SamplingParams, choose
+from parallel_decoding.common.window import Forward, Outcome, causal_forward
 
 
 @dataclass(frozen=True)

@@ -14,13 +14,13 @@ from itertools import accumulate
 
 import torch
 
-from common import margins
-from common.decoder import Decoder, Limits
-from common.draft_layout import DLM_TYPES, draft_rows
-from common.errors import require, require_mask_token
-from common.row_stats import RowReading, RowStats, padded
-from common.sampling import SamplingParams, choose
-from common.window import Attention, Forward, Outcome, causal_forward
+from parallel_decoding.common import margins
+from parallel_decoding.common.decoder import Decoder, Limits
+from parallel_decoding.common.draft_layout import DLM_TYPES, draft_rows
+from parallel_decoding.common.errors import require, require_mask_token
+from parallel_decoding.common.row_stats import RowReading, RowStats, padded
+from parallel_decoding.common.sampling import SamplingParams, choose
+from parallel_decoding.common.window import Attention, Forward, Outcome, causal_forward
 
 
 @dataclass(frozen=True)

@@ -10,14 +10,14 @@ from dataclasses import dataclass
 
 import torch
 
-from common import margins
-from common.acceptance import verify
-from common.decoder import Decoder, Limits
-from common.draft_layout import DLM_TYPES, draft_rows
-from common.errors import require, require_mask_token
-from common.sampling import SamplingParams, target_probs, without_token
-from common.width_planner import check_step_cost
-from common.window import Attention, Forward, Outcome, causal_forward
+from parallel_decoding.common import margins
+from parallel_decoding.common.acceptance import verify
+from parallel_decoding.common.decoder import Decoder, Limits
+from parallel_decoding.common.draft_layout import DLM_TYPES, draft_rows
+from parallel_decoding.common.errors import require, require_mask_token
+from parallel_decoding.common.sampling import SamplingParams, target_probs, without_token
+from parallel_decoding.common.width_planner import check_step_cost
+from parallel_decoding.common.window import Attention, Forward, Outcome, causal_forward
 
 DRAFT_ADAPTER = "draft"
 MODES = ("linear", "quadratic")

@@ -10,8 +10,8 @@ from typing import Any
 
 import torch
 
-from common.checkpoint import resolve_mask_token_id
-from common.errors import ConfigError
+from parallel_decoding.common.checkpoint import resolve_mask_token_id
+from parallel_decoding.common.errors import ConfigError
 
 DLM_TYPES = ("llada", "dream")
 DEFAULT_DLM_TYPE = "llada"

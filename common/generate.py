@@ -1,6 +1,6 @@
 """Offline generation with any method on a transformers checkpoint: the oracle for the engine adapters.
 
-    python -m common.generate --model DIR \\
+    parallel-decoding generate --model DIR \\
         --method {ar,jacobi,diffusion_self,diffusion_self_quadratic,diffusion,wedlm,wedlm_spec,huginn,assd} \\
         [--config JSON] [--max-tokens N] [--temperature T] [--top-p P] [--seed S] \\
         --prompts-file FILE --json OUT
@@ -12,9 +12,9 @@ per line, rendered with the checkpoint's chat template (`python -m scripts.chat_
 '{"sampler": "wavefront"}'`); its records add `core_passes` (sequential core-block passes, the latency cost).
 `assd` fills the holes of each prompt (the tokenizer's mask token in the text, one token per hole; or a line
 `{"prompt": TEXT, "holes": [token positions]}`; plus `--max-tokens` holes after it to continue it) with an
-any-subset AR model (XLNet) by any-subset speculative decoding (`common.assd`, `--config '{"k": 5, "drafter":
+any-subset AR model (XLNet) by any-subset speculative decoding (`common.assd.decoding`, `--config '{"k": 5, "drafter":
 "ngram"}'`); its records add `nfe` (model calls), `draft_calls` (n-gram drafts) and `generated` (holes filled), and
-`text` is the whole filled prompt. `python -m common.assd_server` serves the same over HTTP.
+`text` is the whole filled prompt. `parallel-decoding assd-server` serves the same over HTTP.
 """
 
 import argparse
@@ -28,21 +28,18 @@ from typing import Any
 
 import torch
 
-from common.checkpoint import eos_token_ids, load, resolve_mask_token_id
-from common.decoder import Limits
-from common.draft_layout import resolve_dlm_type
-from common.errors import ConfigError
-from common.lora import draft_adapters
-from common.methods import METHODS, build_config, make_decoder, needs_mask_token, parse_config
-from common.prompts import encode, read_prompts, text_only
-from common.runner import ReferenceRunner
-from common.sampling import SamplingParams
+from parallel_decoding.common.decoder import Limits
+from parallel_decoding.common.errors import ConfigError
+from parallel_decoding.common.methods import METHODS, parse_config
+from parallel_decoding.common.prompts import encode, read_prompts, text_only
+from parallel_decoding.common.reference_setup import reference_setup
+from parallel_decoding.common.sampling import SamplingParams
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m common.generate", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="parallel-decoding generate", description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True, help="checkpoint directory")
-    parser.add_argument("--method", required=True, choices=sorted([*METHODS, "huginn", "assd"]))
+    parser.add_argument("--method", required=True, choices=sorted(METHODS))
     parser.add_argument("--config", default=None, help="method settings as a JSON object")
     parser.add_argument("--max-tokens", type=int, default=None,
                         help="default 64; for assd, holes appended to each prompt (default none)")
@@ -69,8 +66,8 @@ def huginn_records(args: argparse.Namespace, config: Any, sampling: SamplingPara
     """Per-prompt records of a `huginn` sampler on a recurrent-depth checkpoint."""
     from transformers import PreTrainedTokenizerFast
 
-    from common.huginn import generate
-    from common.models.raven import RavenForCausalLM
+    from parallel_decoding.common.huginn.reference import generate
+    from parallel_decoding.common.models.raven import RavenForCausalLM
 
     model = RavenForCausalLM.from_pretrained(args.model).to(args.device)
     tokenizer = PreTrainedTokenizerFast.from_pretrained(args.model)
@@ -91,7 +88,7 @@ def assd_records(args: argparse.Namespace, config: Any, sampling: SamplingParams
     """Per-prompt records of ASSD infilling with an XLNet-style checkpoint."""
     from transformers import PreTrainedTokenizerFast, XLNetLMHeadModel
 
-    from common.assd import infill, with_holes
+    from parallel_decoding.common.assd.decoding import infill, with_holes
 
     model = XLNetLMHeadModel.from_pretrained(args.model, dtype=torch.float32).to(args.device).eval()
     tokenizer = PreTrainedTokenizerFast.from_pretrained(args.model)
@@ -126,15 +123,12 @@ def assd_records(args: argparse.Namespace, config: Any, sampling: SamplingParams
 
 def model_free(args: argparse.Namespace) -> None:
     """`huginn` and `assd`: their own models and runners, not the transformers reference runner."""
-    from common.assd import AssdConfig
-    from common.huginn import HuginnConfig
-
     refused = [flag for flag, given in (("--no-cache", args.no_cache), ("--trust-remote-code", args.trust_remote_code))
                if given]
     try:
         if refused:
             raise ConfigError(f"{', '.join(refused)} does not apply to --method {args.method}")
-        config = build_config(HuginnConfig if args.method == "huginn" else AssdConfig, args.method, args.config)
+        config = parse_config(args.method, args.config)
         sampling = SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed)
         prompts = text_only(read_prompts(args.prompts_file), args.method)
     except ConfigError as err:
@@ -153,40 +147,22 @@ def model_free(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    if args.method in ("huginn", "assd"):
+    if METHODS[args.method].kind != "step":
         model_free(args)
         return
     try:
-        config = parse_config(args.method, args.config)
         sampling = SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed)
-        limits = Limits(max_tokens=64 if args.max_tokens is None else args.max_tokens)
         prompts = read_prompts(args.prompts_file)
+        setup = reference_setup(args.model, args.method, args.config, device=args.device,
+                                trust_remote_code=args.trust_remote_code, use_cache=not args.no_cache)
+        limits = setup.limits(64 if args.max_tokens is None else args.max_tokens)
+        encoded = [encode(setup.tokenizer, prompt) for prompt in prompts]
     except ConfigError as err:
         sys.exit(f"error: {err}")
-    model, tokenizer = load(args.model, device=args.device, trust_remote_code=args.trust_remote_code)
-    if needs_mask_token(args.method):
-        try:
-            mask_id = resolve_mask_token_id(model.config, tokenizer, config.mask_token_id)
-        except ConfigError as err:
-            sys.exit(f"error: {err}")
-        config = dataclasses.replace(config, mask_token_id=mask_id)
-    try:
-        config = resolve_dlm_type(config, model.config)
-    except ConfigError as err:
-        sys.exit(f"error: {err}")
-    limits = dataclasses.replace(limits, eos_token_ids=eos_token_ids(model, tokenizer))
-    try:
-        adapters = draft_adapters(model, args.model, config)
-    except ConfigError as err:
-        sys.exit(f"error: {err}")
-    runner = ReferenceRunner(model, use_cache=not args.no_cache, adapters=adapters)
     records = []
-    try:
-        encoded = [encode(tokenizer, prompt) for prompt in prompts]
-    except ConfigError as err:
-        sys.exit(f"error: {err}")
+    tokenizer = setup.tokenizer
     for prompt, ids in zip(prompts, encoded, strict=True):
-        result = runner.run(make_decoder(args.method, config, ids, sampling, limits))
+        result = setup.runner.run(setup.decoder(ids, sampling, limits))
         records.append({
             "prompt": prompt,
             "token_ids": result.token_ids,

@@ -23,13 +23,13 @@ from itertools import accumulate
 
 import torch
 
-from common.acceptance import accept_greedy_batch, verify
-from common.decoder import Decoder, Limits
-from common.errors import require
-from common.row_stats import RowReading, RowStats
-from common.sampling import SamplingParams, choose
-from common.width_planner import check_step_cost
-from common.window import Attention, Forward, Outcome
+from parallel_decoding.common.acceptance import accept_greedy_batch, verify
+from parallel_decoding.common.decoder import Decoder, Limits
+from parallel_decoding.common.errors import require
+from parallel_decoding.common.row_stats import RowReading, RowStats
+from parallel_decoding.common.sampling import SamplingParams, choose
+from parallel_decoding.common.width_planner import check_step_cost
+from parallel_decoding.common.window import Attention, Forward, Outcome
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ that forward's rows).
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from common.window import Forward
+from parallel_decoding.common.window import Forward
 
 
 @dataclass(frozen=True)

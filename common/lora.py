@@ -10,8 +10,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from common.checkpoint import stock_weight_name
-from common.errors import ConfigError
+from parallel_decoding.common.checkpoint import stock_weight_name
+from parallel_decoding.common.errors import ConfigError
 
 
 def delta_hook(down: torch.Tensor, up: torch.Tensor, scale: float, rows: torch.Tensor | None = None):
@@ -43,7 +43,7 @@ def adapter_path(model_dir: str | Path, adapter: str | Path) -> Path:
 def draft_adapters(model: torch.nn.Module, model_dir: str | Path, config: object) -> dict:
     """The reference runner's `adapters` for a method's config: its `draft_adapter` (named relative to the checkpoint)
     switched on while drafting, or none."""
-    from common.diffusion_self import DRAFT_ADAPTER
+    from parallel_decoding.common.diffusion_self import DRAFT_ADAPTER
 
     adapter = getattr(config, "draft_adapter", None)
     return {DRAFT_ADAPTER: LoRA(model, adapter_path(model_dir, adapter)).enabled} if adapter else {}

@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from common.errors import ConfigError
+from parallel_decoding.common.errors import ConfigError
 
 Prompt = str | list[dict[str, str]]
 

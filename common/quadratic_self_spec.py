@@ -17,14 +17,14 @@ from itertools import accumulate
 
 import torch
 
-from common.acceptance import accept_greedy_batch, verify
-from common.decoder import Decoder, Limits
-from common.diffusion_self import DRAFT_ADAPTER, draft_width, propose
-from common.draft_layout import DLM_TYPES, draft_rows
-from common.errors import require, require_mask_token
-from common.row_stats import RowReading, RowStats
-from common.sampling import SamplingParams
-from common.window import Attention, Forward, Outcome
+from parallel_decoding.common.acceptance import accept_greedy_batch, verify
+from parallel_decoding.common.decoder import Decoder, Limits
+from parallel_decoding.common.diffusion_self import DRAFT_ADAPTER, draft_width, propose
+from parallel_decoding.common.draft_layout import DLM_TYPES, draft_rows
+from parallel_decoding.common.errors import require, require_mask_token
+from parallel_decoding.common.row_stats import RowReading, RowStats
+from parallel_decoding.common.sampling import SamplingParams
+from parallel_decoding.common.window import Attention, Forward, Outcome
 
 
 @dataclass(frozen=True)

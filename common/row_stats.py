@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from common import margins
+from parallel_decoding.common import margins
 
 if TYPE_CHECKING:
-    from common.decoder import Decoder
-    from common.window import Outcome
+    from parallel_decoding.common.decoder import Decoder
+    from parallel_decoding.common.window import Outcome
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
-from common.attention import additive_mask
-from common.decoder import Decoder
-from common.window import Forward, Outcome
+from parallel_decoding.common.attention import additive_mask
+from parallel_decoding.common.decoder import Decoder
+from parallel_decoding.common.window import Forward, Outcome
 
 Adapter = Callable[..., AbstractContextManager]  # called with the rows it applies to, or with nothing: every row
 

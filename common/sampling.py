@@ -4,7 +4,7 @@ from dataclasses import dataclass
 
 import torch
 
-from common.errors import require
+from parallel_decoding.common.errors import require
 
 
 @dataclass(frozen=True)

@@ -13,12 +13,12 @@ from itertools import accumulate
 
 import torch
 
-from common import margins
-from common.decoder import Decoder, Limits
-from common.errors import require, require_mask_token
-from common.row_stats import RowReading, RowStats, padded
-from common.sampling import SamplingParams, choose
-from common.window import Forward, Outcome, causal_forward
+from parallel_decoding.common import margins
+from parallel_decoding.common.decoder import Decoder, Limits
+from parallel_decoding.common.errors import require, require_mask_token
+from parallel_decoding.common.row_stats import RowReading, RowStats, padded
+from parallel_decoding.common.sampling import SamplingParams, choose
+from parallel_decoding.common.window import Forward, Outcome, causal_forward
 
 
 @dataclass(frozen=True)

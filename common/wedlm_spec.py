@@ -12,13 +12,13 @@ from dataclasses import dataclass
 
 import torch
 
-from common import margins
-from common.acceptance import verify
-from common.decoder import Decoder, Limits
-from common.diffusion_self import draft_width, propose
-from common.errors import require, require_mask_token
-from common.sampling import SamplingParams, without_token
-from common.window import Forward, Outcome, causal_forward
+from parallel_decoding.common import margins
+from parallel_decoding.common.acceptance import verify
+from parallel_decoding.common.decoder import Decoder, Limits
+from parallel_decoding.common.diffusion_self import draft_width, propose
+from parallel_decoding.common.errors import require, require_mask_token
+from parallel_decoding.common.sampling import SamplingParams, without_token
+from parallel_decoding.common.window import Forward, Outcome, causal_forward
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from common.errors import require
+from parallel_decoding.common.errors import require
 
 
 def check_step_cost(step_cost: object) -> None:

@@ -99,3 +99,17 @@ def after_rows(forward: Forward | None, token_ids: list[int], start: int) -> For
 def shifted(rows: torch.Tensor | None, n: int) -> torch.Tensor | None:
     """Row indices moved past `n` prepended rows (None stays None: every row)."""
     return None if rows is None else rows + n
+
+
+def rectangular(forwards: list[Forward], pad_token: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Several requests' forwards as one rectangular batch (an engine's fixed-width window): tokens [B, W] padded
+    with `pad_token`, and per request a [W, W] visibility with its forward's own in the top-left corner and causal
+    rows past it (padding no request reads)."""
+    width = max(forward.num_tokens for forward in forwards)
+    tokens = torch.full((len(forwards), width), pad_token)
+    visible = torch.ones(width, width, dtype=torch.bool).tril().repeat(len(forwards), 1, 1)
+    for row, forward in enumerate(forwards):
+        n = forward.num_tokens
+        tokens[row, :n] = forward.token_ids
+        visible[row, :n, :n] = forward.visibility()
+    return tokens, visible

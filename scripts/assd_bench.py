@@ -16,8 +16,8 @@ import torch
 from tqdm import tqdm
 from transformers import PreTrainedTokenizerFast, XLNetLMHeadModel
 
-from common.assd import AssdConfig, infill
-from common.sampling import SamplingParams
+from parallel_decoding.common.assd.decoding import AssdConfig, infill
+from parallel_decoding.common.sampling import SamplingParams
 from scripts import corpus
 
 TASKS = {"continuation": "left_to_right", "infilling": "random"}

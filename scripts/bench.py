@@ -32,6 +32,7 @@ import argparse
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 from tqdm import tqdm
 
@@ -68,25 +69,24 @@ PROMPTS = [
 ]
 
 
+def typed(spec: dict) -> Any:
+    """An engine config's typed `common/` config."""
+    from parallel_decoding.common.methods import parse_config
+
+    return parse_config(spec["method"], {k: v for k, v in spec.items() if k != "method"})
+
+
 def width(spec: dict) -> int:
-    """Tokens a method proposes per step: the width its ngram peer gets."""
-    if spec["method"] == "diffusion_self":
-        return spec["num_speculative_tokens"]
-    if spec["method"] == "jacobi":
-        return spec.get("block_size", 16) * spec.get("num_blocks", 1)
-    if spec["method"] == "wedlm":
-        return spec.get("window", 16)
-    if spec["method"] == "wedlm_spec":
-        return spec.get("window", 16) - 1
-    return spec.get("block_size", 32) - 1
+    """Tokens a method proposes per step: the width its ngram peer gets (`common.methods`)."""
+    from parallel_decoding.common.methods import max_proposals
+
+    return max_proposals(spec["method"], typed(spec))
 
 
 def adapts(spec: dict, engine: str) -> bool:
     """Whether the method chooses its widths by load in `engine` (`common.width_planner`): then it also runs pinned
     to its configured width (`-fixed`). SGLang's recycling Jacobi commits with its own decoder and does not adapt."""
-    from common.methods import parse_config
-
-    config = parse_config(spec["method"], {k: v for k, v in spec.items() if k != "method"})
+    config = typed(spec)
     if engine == "sglang" and spec["method"] == "jacobi" and config.pool_size:
         return False
     return getattr(config, "adapts", False)
@@ -110,11 +110,11 @@ def run_vllm(model: str, spec: dict | None, batch_size: int, max_tokens: int, ro
     """
     from vllm import LLM, SamplingParams
 
-    from vllm_plugin.metrics import acceptance, planner
+    from parallel_decoding.vllm_plugin.metrics import acceptance, planner
 
     llm = LLM(model=model, speculative_config=spec, enforce_eager=True, kv_cache_memory_bytes=256 << 20,
               dtype=dtype, max_model_len=max_model_len, max_num_seqs=batch_size, disable_log_stats=False, seed=0,
-              worker_extension_cls="vllm_plugin.probe.StateProbe")
+              worker_extension_cls="parallel_decoding.vllm_plugin.probe.StateProbe")
     params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
     batches = [[prompts[(r * batch_size + i) % len(prompts)] for i in range(batch_size)] for r in range(rounds)]
     llm.generate(batches[0], params, use_tqdm=False)
@@ -191,23 +191,15 @@ def run_sglang(model: str, spec: dict | None, batch_size: int, max_tokens: int, 
 def reference_costs(model_dir: str, spec: dict, max_tokens: int, prompts: list[str]) -> dict:
     """Tokens per forward and p_cache of one of our methods, from `common/`'s reference runner (greedy, with the
     config's draft adapter)."""
-    from common.checkpoint import load, resolve_mask_token_id
-    from common.decoder import Limits
-    from common.draft_layout import resolve_dlm_type
-    from common.lora import draft_adapters
-    from common.methods import make_decoder, needs_mask_token, parse_config
-    from common.runner import ReferenceRunner
-    from common.sampling import SamplingParams
+    from parallel_decoding.common.reference_setup import reference_setup
+    from parallel_decoding.common.sampling import SamplingParams
 
-    model, tokenizer = load(model_dir)
-    settings = {k: v for k, v in spec.items() if k != "method"}
-    mask_id = resolve_mask_token_id(model.config, tokenizer) if needs_mask_token(spec["method"]) else None
-    config = resolve_dlm_type(parse_config(spec["method"], settings, mask_token_id=mask_id), model.config)
-    adapters = draft_adapters(model, model_dir, config)
+    setup = reference_setup(model_dir, spec["method"], {k: v for k, v in spec.items() if k != "method"})
     tokens = forwards = generated = rows = 0
     for prompt in prompts:
-        decoder = make_decoder(spec["method"], config, tokenizer.encode(prompt), SamplingParams(), Limits(max_tokens))
-        ReferenceRunner(model, adapters=adapters).run(decoder)
+        decoder = setup.decoder(setup.tokenizer.encode(prompt), SamplingParams(),
+                                setup.limits(max_tokens, stop_at_eos=False))
+        setup.runner.run(decoder)
         tokens, forwards = tokens + len(decoder.output), forwards + decoder.forwards
         generated, rows = generated + len(decoder.output) - decoder.prefill_tokens, rows + decoder.decode_rows
     return {"tokens_per_forward": tokens / forwards, "p_cache": generated / max(rows, 1)}

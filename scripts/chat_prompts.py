@@ -10,7 +10,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from common.prompts import encode
+from parallel_decoding.common.prompts import encode
 
 TEMPLATES = (
     "Explain {} in simple terms.",

@@ -9,14 +9,8 @@ import argparse
 import json
 from pathlib import Path
 
-from common.checkpoint import eos_token_ids, load
-from common.decoder import Limits
-from common.diffusion_self import DRAFT_ADAPTER
-from common.draft_layout import complete_config
-from common.lora import LoRA
-from common.methods import make_decoder, parse_config
-from common.runner import ReferenceRunner
-from common.sampling import SamplingParams
+from parallel_decoding.common.reference_setup import reference_setup
+from parallel_decoding.common.sampling import SamplingParams
 from scripts.trained_models import copy
 
 PROMPTS = ["def wrap(text, width=70):", "import heapq\n", "class Formatter:"]
@@ -40,21 +34,18 @@ def agreement(tokens: list[int], reference: list[int]) -> float:
 
 
 def report(path: Path, methods: list[tuple[str, str]], max_tokens: int) -> None:
-    model, tokenizer = load(path)
-    limits = Limits(max_tokens, eos_token_ids(model, tokenizer))
-    lora = path / "linear_spec_lora"
-    runner = ReferenceRunner(model, adapters={DRAFT_ADAPTER: LoRA(model, lora).enabled} if lora.is_dir() else {})
     architecture = json.loads((path / "config.json").read_text())["architectures"][0]
     print(f"\n{path} ({architecture}), {len(PROMPTS)} prompts x {max_tokens} tokens, greedy")
     print(f"{'method':<96} {'tokens':>6} {'fwd':>5} {'tok/fwd':>8} {'p_cache':>8} {'= AR':>6}")
     reference: dict[str, list[int]] = {}
     for method, preset in [("ar", None), *methods]:
         settings = json.loads((CONFIGS / preset).read_text()) if preset else {}
-        config = complete_config(parse_config(method, settings), model.config, lambda: tokenizer)
+        setup = reference_setup(path, method, settings)
+        tokenizer, limits = setup.tokenizer, setup.limits(max_tokens)
         tokens = forwards = 0
         agree = cache_rate = 0.0
         for prompt in PROMPTS:
-            result = runner.run(make_decoder(method, config, tokenizer.encode(prompt), SamplingParams(), limits))
+            result = setup.runner.run(setup.decoder(tokenizer.encode(prompt), SamplingParams(), limits))
             reference.setdefault(prompt, result.token_ids)
             tokens, forwards = tokens + len(result.token_ids), forwards + result.forwards
             cache_rate += result.p_cache / len(PROMPTS)

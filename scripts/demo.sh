@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The main job: build the tiny local models and decode prompts with every method.
+# The offline demo: build the tiny local models and decode prompts with every method in the reference runner.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_env.sh

@@ -15,10 +15,10 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from common.decoder import Decoder, Limits
-from common.methods import make_decoder, parse_config
-from common.row_stats import apply_rows
-from common.sampling import SamplingParams
+from parallel_decoding.common.decoder import Decoder, Limits
+from parallel_decoding.common.methods import make_decoder, parse_config
+from parallel_decoding.common.row_stats import apply_rows
+from parallel_decoding.common.sampling import SamplingParams
 
 METHODS = {
     "wedlm": {"window": 16, "entropy_threshold": 2.0, "distance_penalty": 0.02},

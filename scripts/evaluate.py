@@ -16,13 +16,9 @@ from pathlib import Path
 
 import torch
 
-from common.checkpoint import eos_token_ids, load
-from common.decoder import Limits
-from common.draft_layout import complete_config
-from common.lora import draft_adapters
-from common.methods import make_decoder, parse_config
-from common.runner import ReferenceRunner
-from common.sampling import SamplingParams
+from parallel_decoding.common.checkpoint import load
+from parallel_decoding.common.reference_setup import reference_setup
+from parallel_decoding.common.sampling import SamplingParams
 from scripts import corpus
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
@@ -111,32 +107,29 @@ def greedy_ar(path: Path, prompts: tuple[str, ...], max_tokens: int, device: str
               ) -> tuple[list[list[int]], list[list[float]], float]:
     """Greedy AR's outputs, decision margins and bits per token on `prompts`, computed once per checkpoint for all
     its methods."""
-    model, tokenizer = load(path, device=device)
-    runner, limits = ReferenceRunner(model), Limits(max_tokens, eos_token_ids(model, tokenizer))
-    encoded = [tokenizer.encode(prompt) for prompt in prompts]
-    results = [runner.run(make_decoder("ar", parse_config("ar"), ids, SamplingParams(), limits)) for ids in encoded]
+    ar = reference_setup(path, "ar", device=device)
+    limits = ar.limits(max_tokens)
+    encoded = [ar.tokenizer.encode(prompt) for prompt in prompts]
+    results = [ar.runner.run(ar.decoder(ids, SamplingParams(), limits)) for ids in encoded]
     outputs = [r.token_ids for r in results]
-    return outputs, [r.margins for r in results], output_bits(model, encoded, outputs)
+    return outputs, [r.margins for r in results], output_bits(ar.model, encoded, outputs)
 
 
 def score(path: Path, method: str, preset: str, prompts: list[str], max_tokens: int, device: str = "cpu",
           settings: dict | None = None) -> MethodScore:
     """Greedy tokens per forward of `method` with `preset` (or `settings`) on `prompts`, and its agreement with
     greedy AR."""
-    model, tokenizer = load(path, device=device)
-    settings = settings or json.loads((CONFIGS / preset).read_text())
-    config = complete_config(parse_config(method, settings), model.config, lambda: tokenizer)
-    runner = ReferenceRunner(model, adapters=draft_adapters(model, path, config))
-    limits = Limits(max_tokens, eos_token_ids(model, tokenizer))
+    setup = reference_setup(path, method, settings or json.loads((CONFIGS / preset).read_text()), device=device)
+    limits = setup.limits(max_tokens)
     reference, margins, reference_bits = greedy_ar(path, tuple(prompts), max_tokens, device)
     score = MethodScore(path.name, method, preset, [], 0, reference, margins,
                         reference_bits_per_token=reference_bits)
-    encoded = [tokenizer.encode(prompt) for prompt in prompts]
+    encoded = [setup.tokenizer.encode(prompt) for prompt in prompts]
     for ids in encoded:
-        got = runner.run(make_decoder(method, config, ids, SamplingParams(), limits))
+        got = setup.runner.run(setup.decoder(ids, SamplingParams(), limits))
         score.outputs.append(got.token_ids)
         score.forwards += got.forwards
-    score.bits_per_token = output_bits(model, encoded, score.outputs)
+    score.bits_per_token = output_bits(setup.model, encoded, score.outputs)
     return score
 
 

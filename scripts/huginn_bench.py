@@ -16,10 +16,12 @@ import torch
 from tqdm import tqdm
 from transformers import PreTrainedTokenizerFast
 
-from common.decoder import Limits
-from common.huginn import HuginnConfig, generate, relative_change
-from common.models.raven import RavenForCausalLM
-from common.sampling import SamplingParams
+from parallel_decoding.common.decoder import Limits
+from parallel_decoding.common.huginn.config import HuginnConfig
+from parallel_decoding.common.huginn.decoder import relative_change
+from parallel_decoding.common.huginn.reference import generate
+from parallel_decoding.common.models.raven import RavenForCausalLM
+from parallel_decoding.common.sampling import SamplingParams
 from scripts import corpus
 
 

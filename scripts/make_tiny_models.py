@@ -34,7 +34,7 @@ from transformers import (
     XLNetLMHeadModel,
 )
 
-from common.models.raven import RavenConfig, RavenForCausalLM
+from parallel_decoding.common.models.raven import RavenConfig, RavenForCausalLM
 
 FAMILIES = {
     "qwen3": (Qwen3Config, Qwen3ForCausalLM),

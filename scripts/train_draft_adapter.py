@@ -29,13 +29,13 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
-from common.checkpoint import eos_token_ids, load
-from common.decoder import Limits
-from common.diffusion_self import DRAFT_ADAPTER, DiffusionSelfConfig
-from common.lora import LoRA
-from common.methods import make_decoder
-from common.runner import ReferenceRunner
-from common.sampling import SamplingParams
+from parallel_decoding.common.checkpoint import eos_token_ids, load
+from parallel_decoding.common.decoder import Limits
+from parallel_decoding.common.diffusion_self import DRAFT_ADAPTER, DiffusionSelfConfig
+from parallel_decoding.common.lora import LoRA
+from parallel_decoding.common.methods import make_decoder
+from parallel_decoding.common.runner import ReferenceRunner
+from parallel_decoding.common.sampling import SamplingParams
 from scripts import chat_prompts
 from scripts.train import Recipe, noisy_blocks
 

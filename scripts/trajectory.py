@@ -16,14 +16,10 @@ from dataclasses import dataclass
 
 import torch
 
-from common.checkpoint import eos_token_ids, load
-from common.decoder import Limits
-from common.draft_layout import complete_config
-from common.errors import ConfigError
-from common.lora import draft_adapters
-from common.methods import METHODS, make_decoder, parse_config
-from common.runner import ReferenceRunner
-from common.sampling import SamplingParams
+from parallel_decoding.common.errors import ConfigError
+from parallel_decoding.common.methods import step_methods
+from parallel_decoding.common.reference_setup import reference_setup
+from parallel_decoding.common.sampling import SamplingParams
 
 COLOURS = {"committed": "#4caf50", "frozen": "#64b5f6", "rejected": "#e57373", "mask": "#e0e0e0"}
 
@@ -39,14 +35,13 @@ class Cell:
 def trace(model_dir: str, method: str, settings: str | None, prompt: str, max_tokens: int
           ) -> tuple[list[Cell], list[int], object]:
     """Every cell of the request's trajectory, its final output and the tokenizer."""
-    model, tokenizer = load(model_dir)
-    config = complete_config(parse_config(method, settings), model.config, lambda: tokenizer)
-    adapters = draft_adapters(model, model_dir, config)
+    setup = reference_setup(model_dir, method, settings)
+    tokenizer = setup.tokenizer
     ids = tokenizer.encode(prompt)
-    decoder = make_decoder(method, config, ids, SamplingParams(), Limits(max_tokens, eos_token_ids(model, tokenizer)))
-    mask = getattr(config, "mask_token_id", None)
+    decoder = setup.decoder(ids, SamplingParams(), setup.limits(max_tokens))
+    mask = getattr(setup.config, "mask_token_id", None)
     held: list[tuple[int, list[tuple[int, int]], list[int], int]] = []
-    for step, record in enumerate(ReferenceRunner(model, adapters=adapters).steps(decoder)):
+    for step, record in enumerate(setup.runner.steps(decoder)):
         done = len(decoder.output) - len(record.outcome.committed)
         slots = [(int(p) - len(ids), int(t)) for p, t in zip(record.forward.positions, record.forward.token_ids,
                                                              strict=True) if int(p) - len(ids) >= done]
@@ -91,7 +86,7 @@ def draw(cells: list[Cell], tokenizer, title: str, path: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m scripts.trajectory", description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True)
-    parser.add_argument("--method", required=True, choices=sorted(METHODS))
+    parser.add_argument("--method", required=True, choices=sorted(step_methods()))
     parser.add_argument("--config", default=None, help="method settings: a JSON object or a .json file")
     parser.add_argument("--prompt", default="def wrap(text, width=70):")
     parser.add_argument("--max-tokens", type=int, default=32)

@@ -12,10 +12,10 @@ They are imported from a temporary package holding a copy of them; three small s
 transformers 5. Per held-out prompt (those of scripts/huginn_bench.py), greedy: upstream's `generate_diffusion_style`
 (init_scale 0, inner_recurrence 4, num_steps 32, exit_t 0.03, every other keyword at upstream's default, its
 cache_lookup_strategy "latest-m4-compress-s4" included; `--kwargs` overrides any), upstream's autoregressive path (HF
-generate, num_steps 32, compress-s4 cache) and ours, `common.huginn.generate` with the `wavefront` sampler at the same
-settings (`--ours-kwargs` adds HuginnConfig fields, e.g. '{"frozen_token": "prediction"}'). Printed, and written with
-every prompt's tokens to --json: how many prompts' first max-tokens tokens agree per pair and their median common
-prefix, sequential core passes per token, the two models' logit difference and the shims.
+generate, num_steps 32, compress-s4 cache) and ours, `common.huginn.reference.generate` with the `wavefront` sampler at
+the same settings (`--ours-kwargs` adds HuginnConfig fields, e.g. '{"frozen_token": "prediction"}'). Printed, and
+written with every prompt's tokens to --json: how many prompts' first max-tokens tokens agree per pair and their
+median common prefix, sequential core passes per token, the two models' logit difference and the shims.
 """
 
 import argparse
@@ -37,10 +37,11 @@ from safetensors.torch import load_file
 from tqdm import tqdm
 from transformers import GenerationConfig, PreTrainedTokenizerFast
 
-from common.decoder import Limits
-from common.huginn import HuginnConfig, generate
-from common.models.raven import RavenForCausalLM
-from common.sampling import SamplingParams
+from parallel_decoding.common.decoder import Limits
+from parallel_decoding.common.huginn.config import HuginnConfig
+from parallel_decoding.common.huginn.reference import generate
+from parallel_decoding.common.models.raven import RavenForCausalLM
+from parallel_decoding.common.sampling import SamplingParams
 from scripts import corpus
 
 UPSTREAM_REPO = "seal-rg/recurrent-pretraining"

@@ -13,9 +13,9 @@ def register() -> None:
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
     from sglang.srt.speculative.spec_registry import get_spec
 
-    from common.checkpoint_configs import register_configs
-    from sglang_plugin import attention, cli, request_state, requests, step_timer
-    from sglang_plugin.cpu_ops import register_missing_ops
+    from parallel_decoding.common.checkpoint_configs import register_configs
+    from parallel_decoding.sglang_plugin import attention, cli, request_state, requests, step_timer
+    from parallel_decoding.sglang_plugin.cpu_ops import register_missing_ops
 
     register_missing_ops()
     register_configs()
@@ -42,7 +42,7 @@ def engine_keywords() -> None:
 
     from sglang.srt.server_args import ServerArgs
 
-    from sglang_plugin.cli import server_args_from_keywords
+    from parallel_decoding.sglang_plugin.cli import server_args_from_keywords
 
     engine = sys.modules.get("sglang.srt.entrypoints.engine")
     if engine is not None and engine.Engine.server_args_class is ServerArgs:
@@ -68,17 +68,17 @@ def spec_class() -> type:
 
 def worker_class(server_args: object) -> type:
     """The worker SGLang builds for our algorithms (imported only once one is selected)."""
-    from sglang_plugin.cli import commits, decode_settings
+    from parallel_decoding.sglang_plugin.cli import commits, decode_settings
 
     mode, config = decode_settings(server_args)
     if mode == "huginn":
-        from sglang_plugin.huginn import HuginnWorker
+        from parallel_decoding.sglang_plugin.huginn import HuginnWorker
 
         return HuginnWorker
     if commits(mode, config):
-        from sglang_plugin.commit import CommitWorker
+        from parallel_decoding.sglang_plugin.commit import CommitWorker
 
         return CommitWorker
-    from sglang_plugin.verify import VerifyWorker
+    from parallel_decoding.sglang_plugin.verify import VerifyWorker
 
     return VerifyWorker

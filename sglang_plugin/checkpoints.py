@@ -7,9 +7,10 @@ import json
 import os
 from pathlib import Path
 
-from common.checkpoint_configs import ARCHITECTURES
+from parallel_decoding.common.checkpoint_configs import ARCHITECTURES
 
 MODEL_PACKAGE_ENV = "SGLANG_EXTERNAL_MODEL_PACKAGE"
+MODEL_PACKAGE = "parallel_decoding.sglang_plugin.models"
 
 
 def select_models(model_path: str) -> None:
@@ -19,7 +20,7 @@ def select_models(model_path: str) -> None:
         return
     architectures = json.loads(config.read_text(encoding="utf-8")).get("architectures") or []
     if set(architectures) & set(ARCHITECTURES):
-        if os.environ.get(MODEL_PACKAGE_ENV, "sglang_plugin.models") != "sglang_plugin.models":
-            raise SystemExit(f"error: {architectures[0]} needs {MODEL_PACKAGE_ENV}=sglang_plugin.models, but it is set "
+        if os.environ.get(MODEL_PACKAGE_ENV, MODEL_PACKAGE) != MODEL_PACKAGE:
+            raise SystemExit(f"error: {architectures[0]} needs {MODEL_PACKAGE_ENV}={MODEL_PACKAGE}, but it is set "
                              f"to {os.environ[MODEL_PACKAGE_ENV]!r}")
-        os.environ[MODEL_PACKAGE_ENV] = "sglang_plugin.models"
+        os.environ[MODEL_PACKAGE_ENV] = MODEL_PACKAGE

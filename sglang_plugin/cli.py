@@ -11,13 +11,13 @@ import json
 import sys
 from typing import Any
 
-from common.draft_layout import complete_config
-from common.errors import ConfigError
-from common.huginn import check_engine_config
-from common.lora import adapter_path
-from common.methods import decoding_method, parse_config
-from common.models.raven import ARCHITECTURE as HUGINN_ARCHITECTURE
-from sglang_plugin.checkpoints import select_models
+from parallel_decoding.common.draft_layout import complete_config
+from parallel_decoding.common.errors import ConfigError
+from parallel_decoding.common.huginn.config import check_engine_config
+from parallel_decoding.common.lora import adapter_path
+from parallel_decoding.common.methods import check_architecture, decoding_method, max_drafts, method_spec, parse_config
+from parallel_decoding.common.methods import commits as decoder_commits
+from parallel_decoding.sglang_plugin.checkpoints import select_models
 
 # Modes served on SGLang, each as a registered speculative algorithm.
 ALGORITHMS = {"diffusion_self": "PD_DIFFUSION_SELF", "jacobi": "PD_JACOBI", "wedlm": "PD_WEDLM",
@@ -102,9 +102,7 @@ def check_huginn(mode: str, config: Any, model_path: str, trust_remote_code: boo
     from transformers import AutoConfig
 
     architectures = AutoConfig.from_pretrained(model_path, trust_remote_code=trust_remote_code).architectures or []
-    if (mode == "huginn") != (HUGINN_ARCHITECTURE in architectures):
-        raise ConfigError(f"decode mode huginn serves {HUGINN_ARCHITECTURE} checkpoints, and they are served by mode "
-                          f"huginn only; got mode {mode!r} on {architectures}")
+    check_architecture(mode, architectures, noun="decode mode")
     if mode == "huginn":
         check_engine_config(config, "SGLang")
 
@@ -125,11 +123,12 @@ def complete(config: Any, model_path: str, trust_remote_code: bool) -> Any:
 
 def commits(mode: str, config: Any) -> bool:
     """Whether the mode's `common/` decoder commits (`sglang_plugin.commit`) rather than our worker verifying one
-    linear draft (`sglang_plugin.verify`): WeDLM and NLD block diffusion by their own rules, and Jacobi with
-    rejection recycling, whose recycled branches share the main draft's forward and win with KV out of place;
-    quadratic self-speculation, whose one forward both verifies and drafts."""
-    return (decoding_method(mode, config)[0] in ("wedlm", "diffusion", "diffusion_self_quadratic")
-            or (mode == "jacobi" and config.pool_size > 0))
+    linear draft (`sglang_plugin.verify`): the step modes whose decoder commits by its own rule (`common.methods`),
+    and here also Jacobi with rejection recycling, whose recycled branches share the main draft's forward and win
+    with KV out of place. Huginn has a worker of its own."""
+    if method_spec(mode).kind != "step":
+        return False
+    return decoder_commits(mode, config) or (mode == "jacobi" and config.pool_size > 0)
 
 
 def window_size(mode: str, config: Any) -> int:
@@ -143,21 +142,12 @@ def window_size(mode: str, config: Any) -> int:
     a group of k + 1 rows per chain token."""
     if mode == "jacobi" and config.pool_size:
         return (config.num_blocks + config.verification_size + 2) * config.block_size // 2 + 1
-    if mode == "jacobi":
-        return config.block_size * config.num_blocks + 1
     if mode == "wedlm":
         return (3 * config.window + 2) // 2
-    if mode == "diffusion":
-        return config.block_size
     if mode == "huginn":
         return (config.max_wavefront + 1) // 2 if config.sampler == "wavefront" else 1
-    if mode == "wedlm_spec":
-        return 2 * config.window
-    method, decoding = decoding_method(mode, config)
-    if method == "diffusion_self_quadratic":
-        k = decoding.block_size
-        return (k * (k + 2) + 1) // 2
-    return config.num_speculative_tokens + 1
+    rows = max_drafts(mode, config) + 1
+    return (rows + 1) // 2 if decoding_method(mode, config)[0] == "diffusion_self_quadratic" else rows
 
 
 def speculative_fields(mode: str, config: Any, device: str | None) -> dict[str, Any]:

@@ -15,14 +15,14 @@ from typing import Any
 import torch
 from sglang.srt.mem_cache.allocation import alloc_token_slots
 
-from common.decoder import Decoder, Limits
-from common.logprob_rows import LogprobRows, logprob_rows
-from common.lora import LoRA
-from common.methods import make_decoder
-from common.row_stats import apply_rows
-from common.window import Attention, Forward, after_rows
-from sglang_plugin.logprobs import MISSING, Asked, Entry, asked, entries
-from sglang_plugin.worker import PluginWorker, sampling_of
+from parallel_decoding.common.decoder import Decoder, Limits
+from parallel_decoding.common.logprob_rows import LogprobRows, logprob_rows
+from parallel_decoding.common.lora import LoRA
+from parallel_decoding.common.methods import make_decoder
+from parallel_decoding.common.row_stats import apply_rows
+from parallel_decoding.common.window import Attention, Forward, after_rows
+from parallel_decoding.sglang_plugin.logprobs import MISSING, Asked, Entry, asked, entries
+from parallel_decoding.sglang_plugin.worker import PluginWorker, sampling_of
 
 
 @dataclass

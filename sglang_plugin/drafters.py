@@ -7,14 +7,14 @@ from typing import Any
 
 import torch
 
-from common.decoder import Decoder, Limits
-from common.diffusion_self import draft_width, propose
-from common.draft_layout import draft_rows
-from common.jacobi import JacobiDecoder
-from common.lora import LoRA
-from common.sampling import choose
-from common.wedlm_spec import WeDLMSpecDecoder
-from sglang_plugin.drafts import Drafts, RequestState
+from parallel_decoding.common.decoder import Decoder, Limits
+from parallel_decoding.common.diffusion_self import draft_width, draft_window, propose
+from parallel_decoding.common.jacobi import JacobiDecoder
+from parallel_decoding.common.lora import LoRA
+from parallel_decoding.common.sampling import choose
+from parallel_decoding.common.wedlm_spec import WeDLMSpecDecoder
+from parallel_decoding.common.window import rectangular
+from parallel_decoding.sglang_plugin.drafts import Drafts, RequestState
 
 
 def allowed(req: Any) -> int:
@@ -33,10 +33,10 @@ class Drafter:
 
 
 class DiffusionSelfDrafter(Drafter):
-    """`[seed, mask x w]` forwarded bidirectionally over the prefix (KV overwritten by the verify), with the draft
-    adapter (`draft_adapter`, NLD's LoRA) on for that forward only; drafts from the rows
-    `common.draft_layout.draft_rows` names (greedy ones from one batched argmax without the mask). No forward when
-    no request drafts (a plain AR step)."""
+    """`common.diffusion_self`'s draft window `[seed, mask x w]` forwarded bidirectionally over the prefix (KV
+    overwritten by the verify), with the draft adapter (`draft_adapter`, NLD's LoRA) on for that forward only;
+    drafts from the window's logit rows (greedy ones from one batched argmax without the mask). No forward when no
+    request drafts (a plain AR step)."""
 
     def __init__(self, config: Any, worker: Any) -> None:
         super().__init__(config, worker)
@@ -58,20 +58,17 @@ class DiffusionSelfDrafter(Drafter):
         self.forwarded_rows = 0
         if not any(widths):
             return [Drafts([]) for _ in reqs]
-        width = 1 + max(widths)
-        tokens = torch.full((len(reqs), width), self.config.mask_token_id)
-        tokens[:, 0] = torch.tensor(seeds)
-        visible = torch.ones(width, width, dtype=torch.bool).tril().repeat(len(reqs), 1, 1)
-        for row, w in enumerate(widths):
-            visible[row, : w + 1, : w + 1] = True
+        # each request's window as common/ lays it (SGLang places the rows from the request's own length)
+        windows = [draft_window(seed, 0, w, self.config) for seed, w in zip(seeds, widths, strict=True)]
+        tokens, visible = rectangular(windows, self.config.mask_token_id)
         with self.adapter():
             logits = self.worker.run_window(batch, tokens, visible)
         self.forwarded_rows = tokens.numel()
         best = logits.index_fill(-1, torch.tensor([self.config.mask_token_id], device=logits.device),
                                  float("-inf")).argmax(-1).cpu()
         drafts = []
-        for row, (state, w) in enumerate(zip(states, widths, strict=True)):
-            rows = draft_rows(w, self.config.dlm_type)
+        for row, (state, w, window) in enumerate(zip(states, widths, windows, strict=True)):
+            rows = window.logit_rows
             if w == 0 or state.sampling.greedy:
                 drafts.append(Drafts(best[row, rows].tolist()))
                 continue

@@ -5,8 +5,8 @@ from dataclasses import dataclass
 
 import torch
 
-from common.decoder import Decoder
-from common.sampling import SamplingParams
+from parallel_decoding.common.decoder import Decoder
+from parallel_decoding.common.sampling import SamplingParams
 
 
 @dataclass

@@ -18,10 +18,11 @@ from typing import Any
 
 import torch
 
-from common.decoder import Limits
-from common.huginn import HuginnDecoder, RecurrentForward, RecurrentOutput, RecurrentRows
-from sglang_plugin.logprobs import MISSING, Entry, asked, entries
-from sglang_plugin.worker import PluginWorker, sampling_of
+from parallel_decoding.common.decoder import Limits
+from parallel_decoding.common.huginn.decoder import HuginnDecoder
+from parallel_decoding.common.huginn.forward import RecurrentForward, RecurrentOutput, RecurrentRows
+from parallel_decoding.sglang_plugin.logprobs import MISSING, Entry, asked, entries
+from parallel_decoding.sglang_plugin.worker import PluginWorker, sampling_of
 
 
 class HuginnWorker(PluginWorker):

@@ -7,7 +7,7 @@ from typing import Any
 
 
 def _worker(scheduler: Any) -> Any:
-    from sglang_plugin.worker import PluginWorker
+    from parallel_decoding.sglang_plugin.worker import PluginWorker
 
     worker = getattr(scheduler, "draft_worker", None)
     return worker if isinstance(worker, PluginWorker) else None

@@ -24,7 +24,7 @@ def check_request(manager: Any, obj: Any, *_: Any, **__: Any) -> None:
     settings = getattr(manager.server_args, "_decode_settings", None)
     if settings is None or not hasattr(obj, "return_logprob"):
         return
-    from sglang_plugin.cli import decode_settings
+    from parallel_decoding.sglang_plugin.cli import decode_settings
 
     mode = decode_settings(manager.server_args)[0]
     if getattr(obj, "token_ids_logprob", None):

@@ -14,13 +14,13 @@ from typing import Any
 
 import torch
 
-from common.acceptance import accept_greedy_batch, verify
-from common.sampling import choose
-from common.width_planner import Shape, planner_for
-from sglang_plugin.drafters import make_drafter
-from sglang_plugin.drafts import RequestState
-from sglang_plugin.logprobs import MISSING, Entry, asked, entries
-from sglang_plugin.worker import PluginWorker, sampling_of
+from parallel_decoding.common.acceptance import accept_greedy_batch, verify
+from parallel_decoding.common.sampling import choose
+from parallel_decoding.common.width_planner import Shape, planner_for
+from parallel_decoding.sglang_plugin.drafters import make_drafter
+from parallel_decoding.sglang_plugin.drafts import RequestState
+from parallel_decoding.sglang_plugin.logprobs import MISSING, Entry, asked, entries
+from parallel_decoding.sglang_plugin.worker import PluginWorker, sampling_of
 
 logger = logging.getLogger(__name__)
 

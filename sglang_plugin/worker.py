@@ -16,9 +16,9 @@ from sglang.srt.model_executor.forward_batch_info import ForwardMode
 from sglang.srt.speculative.base_spec_worker import BaseSpecWorker
 from sglang.srt.speculative.ngram_info import NgramVerifyInput
 
-from common.sampling import SamplingParams
-from sglang_plugin.cli import decode_settings
-from sglang_plugin.logprobs import Entry, decode_output, fill_prefill
+from parallel_decoding.common.sampling import SamplingParams
+from parallel_decoding.sglang_plugin.cli import decode_settings
+from parallel_decoding.sglang_plugin.logprobs import Entry, decode_output, fill_prefill
 
 
 def sampling_of(req: Any) -> SamplingParams:

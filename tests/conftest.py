@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from common.checkpoint import load
+from parallel_decoding.common.checkpoint import load
 from scripts.make_tiny_models import build_model, make_all
 
 torch.set_num_threads(1)

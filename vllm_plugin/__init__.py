@@ -10,7 +10,7 @@ one of our methods is selected.
 
 def register() -> None:
     """The `vllm.general_plugins` entry point: vLLM calls it once in every process it starts."""
-    from vllm_plugin import checkpoints, config, requests
+    from parallel_decoding.vllm_plugin import checkpoints, config, requests
 
     config.install()
     requests.install()

@@ -4,8 +4,8 @@ Huginn's recurrent depth, our own (`vllm_plugin.raven`). The registration is add
 names, so nothing it served before changes.
 """
 
-from common.checkpoint_configs import register_configs
-from common.models.raven import ARCHITECTURE as RAVEN_ARCHITECTURE
+from parallel_decoding.common.checkpoint_configs import register_configs
+from parallel_decoding.common.models.raven import ARCHITECTURE as RAVEN_ARCHITECTURE
 
 
 def register() -> None:
@@ -13,6 +13,7 @@ def register() -> None:
     from vllm import ModelRegistry
 
     register_configs()
-    ModelRegistry.register_model("WeDLMForCausalLM", "vllm_plugin.models:WeDLMForCausalLM")
-    ModelRegistry.register_model("NemotronLabsDiffusionModel", "vllm_plugin.models:NemotronLabsDiffusionForCausalLM")
-    ModelRegistry.register_model(RAVEN_ARCHITECTURE, "vllm_plugin.raven:RavenForCausalLM")
+    ModelRegistry.register_model("WeDLMForCausalLM", "parallel_decoding.vllm_plugin.models:WeDLMForCausalLM")
+    ModelRegistry.register_model("NemotronLabsDiffusionModel",
+                                 "parallel_decoding.vllm_plugin.models:NemotronLabsDiffusionForCausalLM")
+    ModelRegistry.register_model(RAVEN_ARCHITECTURE, "parallel_decoding.vllm_plugin.raven:RavenForCausalLM")

@@ -14,12 +14,12 @@ from typing import Any
 
 import torch
 
-from common.decoder import Decoder, Limits
-from common.methods import make_decoder
-from common.row_stats import apply_rows
-from common.window import Forward, causal_forward
-from vllm_plugin.logprobs import CommittedStep, committed_logprobs
-from vllm_plugin.proposer import PluginProposer, request_sampling
+from parallel_decoding.common.decoder import Decoder, Limits
+from parallel_decoding.common.methods import make_decoder
+from parallel_decoding.common.row_stats import apply_rows
+from parallel_decoding.common.window import Forward, causal_forward
+from parallel_decoding.vllm_plugin.logprobs import CommittedStep, committed_logprobs
+from parallel_decoding.vllm_plugin.proposer import PluginProposer, request_sampling
 
 
 @dataclass

@@ -14,13 +14,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from common.draft_layout import complete_config
-from common.errors import ConfigError
-from common.huginn import check_engine_config
-from common.lora import adapter_path
-from common.methods import decoding_method, parse_config
-from common.models.raven import ARCHITECTURE as HUGINN_ARCHITECTURE
-from vllm_plugin.logprobs import RAW_MODES
+from parallel_decoding.common.draft_layout import complete_config
+from parallel_decoding.common.errors import ConfigError
+from parallel_decoding.common.huginn.config import check_engine_config
+from parallel_decoding.common.lora import adapter_path
+from parallel_decoding.common.methods import (
+    check_architecture,
+    commits,
+    decoding_method,
+    max_drafts,
+    method_spec,
+    parse_config,
+)
+from parallel_decoding.vllm_plugin.logprobs import RAW_MODES
 
 SUPPORTED_VLLM = ((0, 32), (0, 34))
 MAX_SPEC_LEN = 128
@@ -39,54 +45,16 @@ class EngineMethod:
     scheduler: str | None = None
 
 
+_P = "parallel_decoding.vllm_plugin"
 METHODS = {
-    "diffusion_self": EngineMethod(
-        "vllm_plugin.diffusion_self.DiffusionSelfProposer", "vllm_plugin.scheduler.LookaheadScheduler"
-    ),
-    "jacobi": EngineMethod("vllm_plugin.jacobi.JacobiProposer"),
-    "wedlm": EngineMethod("vllm_plugin.wedlm.WeDLMProposer", "vllm_plugin.scheduler.WindowScheduler"),
-    "diffusion": EngineMethod(
-        "vllm_plugin.diffusion.DiffusionProposer", "vllm_plugin.scheduler.LookaheadScheduler"
-    ),
-    "huginn": EngineMethod("vllm_plugin.huginn.HuginnProposer", "vllm_plugin.scheduler.CommitScheduler"),
-    "wedlm_spec": EngineMethod("vllm_plugin.wedlm_spec.WeDLMSpecProposer"),
+    "diffusion_self": EngineMethod(f"{_P}.diffusion_self.DiffusionSelfProposer", f"{_P}.scheduler.LookaheadScheduler"),
+    "jacobi": EngineMethod(f"{_P}.jacobi.JacobiProposer"),
+    "wedlm": EngineMethod(f"{_P}.wedlm.WeDLMProposer", f"{_P}.scheduler.WindowScheduler"),
+    "diffusion": EngineMethod(f"{_P}.diffusion.DiffusionProposer", f"{_P}.scheduler.LookaheadScheduler"),
+    "huginn": EngineMethod(f"{_P}.huginn.HuginnProposer", f"{_P}.scheduler.CommitScheduler"),
+    "wedlm_spec": EngineMethod(f"{_P}.wedlm_spec.WeDLMSpecProposer"),
 }
-QUADRATIC = EngineMethod("vllm_plugin.quadratic_self_spec.QuadraticSelfSpecProposer",
-                         "vllm_plugin.scheduler.CommitScheduler")
-SIZE_FIELDS = {
-    "diffusion_self": "num_speculative_tokens (n; mode quadratic: (n + 1)(n + 3) - 1)",
-    "jacobi": "block_size * num_blocks",
-    "wedlm": "window (2 x window)",
-    "diffusion": "block_size",
-    "huginn": "max_wavefront",
-    "wedlm_spec": "window (2 x window - 1)",
-}
-
-
-def num_speculative_tokens(method: str, config: Any) -> int:
-    """The most draft tokens one step of `method` carries."""
-    method, config = decoding_method(method, config)
-    if method == "jacobi":
-        return config.block_size * config.num_blocks
-    if method == "wedlm":
-        return 2 * config.window
-    if method == "diffusion":
-        return config.block_size - 1
-    if method == "huginn":
-        return max(config.max_wavefront - 1, 1) if config.sampler == "wavefront" else 1
-    if method == "wedlm_spec":
-        return 2 * config.window - 1  # up to window - 1 drafts, then window mask slots
-    if method == "diffusion_self_quadratic":
-        k = config.block_size
-        return k * (k + 2) - 1  # a chain of up to k tokens, then a group of k + 1 rows per chain token
-    return config.num_speculative_tokens
-
-
-def committing(method: str, config: Any) -> bool:
-    """Whether the method's decoder, not vLLM's sampler, picks the tokens."""
-    return decoding_method(method, config)[0] in ("wedlm", "diffusion", "huginn", "diffusion_self_quadratic")
-
-
+QUADRATIC = EngineMethod(f"{_P}.quadratic_self_spec.QuadraticSelfSpecProposer", f"{_P}.scheduler.CommitScheduler")
 def engine_method(method: str, config: Any) -> EngineMethod:
     """The proposer (and scheduler) serving `method` with `config`."""
     return QUADRATIC if decoding_method(method, config)[0] == "diffusion_self_quadratic" else METHODS[method]
@@ -104,11 +72,10 @@ def engine_config(settings: dict[str, Any]) -> tuple[str, Any]:
             "recycling must be 'linear' under vLLM when pool_size > 0: its verifier takes one linear draft, not "
             f"candidate branches beside it; got {config.recycling!r}"
         )
-    k = num_speculative_tokens(method, config)
+    k = max_drafts(method, config)
     if k > MAX_SPEC_LEN:
-        raise ConfigError(
-            f"{SIZE_FIELDS[method]} must give at most {MAX_SPEC_LEN} draft tokens per step (vLLM's limit), got {k}"
-        )
+        raise ConfigError(f"{method_spec(method).width_rule} must give at most {MAX_SPEC_LEN} draft tokens per step "
+                          f"(vLLM's limit), got {k}")
     return method, config
 
 
@@ -181,14 +148,12 @@ def translate(engine_args: Any, model_config: Any) -> None:
     if method == "huginn" and engine_args.tensor_parallel_size > 1:
         refuse(ConfigError("method huginn runs with tensor_parallel_size 1 only (RavenForCausalLM's layers are not "
                            f"sharded here), got {engine_args.tensor_parallel_size}"))
-    if committing(method, config) and engine_args.logprobs_mode not in RAW_MODES:
+    if commits(method, config) and engine_args.logprobs_mode not in RAW_MODES:
         refuse(ConfigError(f"method {method} reports logprobs_mode {' or '.join(RAW_MODES)} (its decoder, not vLLM's "
                            f"sampler, processes the logits), got {engine_args.logprobs_mode!r}"))
     architectures = getattr(model_config.hf_config, "architectures", None) or []
-    if (method == "huginn") != (HUGINN_ARCHITECTURE in architectures):
-        refuse(ConfigError(f"method huginn serves {HUGINN_ARCHITECTURE} checkpoints, and they are served by method "
-                           f"huginn only; got method {method!r} on {architectures}"))
     try:
+        check_architecture(method, architectures)
         config = complete_config(config, model_config.hf_config, lambda: load_tokenizer(model_config))
         if getattr(config, "draft_adapter", None):
             config = with_adapter(config, model_config.model, engine_args.enforce_eager)
@@ -206,12 +171,12 @@ def translate(engine_args: Any, model_config: Any) -> None:
     engine_args.additional_config = {
         **(engine_args.additional_config or {}),
         ADDITIONAL_CONFIG_KEY: {"method": method, "config": dataclasses.asdict(config),
-                                "committing": committing(method, config)},
+                                "committing": commits(method, config)},
     }
     engine_args.speculative_config = {
         "method": "custom_class",
         "model": target.proposer,
-        "num_speculative_tokens": num_speculative_tokens(method, config),
+        "num_speculative_tokens": max_drafts(method, config),
     }
 
 

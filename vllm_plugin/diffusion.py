@@ -4,10 +4,10 @@ revealed block is the step's draft and one causal forward commits it with its KV
 
 from typing import Any
 
-from common.row_stats import apply_rows
-from common.window import Attention
-from vllm_plugin.commit import CommitProposer, CommitRequest
-from vllm_plugin.paged_forward import PagedWindow, run_windows
+from parallel_decoding.common.row_stats import apply_rows
+from parallel_decoding.common.window import Attention
+from parallel_decoding.vllm_plugin.commit import CommitProposer, CommitRequest
+from parallel_decoding.vllm_plugin.paged_forward import PagedWindow, run_windows
 
 
 class DiffusionProposer(CommitProposer):

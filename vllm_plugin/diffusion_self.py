@@ -11,12 +11,12 @@ from typing import Any
 
 import torch
 
-from common.diffusion_self import draft_width, draft_window, propose
-from common.lora import LoRA
-from common.sampling import SamplingParams
-from common.width_planner import Shape
-from vllm_plugin.paged_forward import PagedWindow, run_windows
-from vllm_plugin.proposer import PluginProposer
+from parallel_decoding.common.diffusion_self import draft_width, draft_window, propose
+from parallel_decoding.common.lora import LoRA
+from parallel_decoding.common.sampling import SamplingParams
+from parallel_decoding.common.width_planner import Shape
+from parallel_decoding.vllm_plugin.paged_forward import PagedWindow, run_windows
+from parallel_decoding.vllm_plugin.proposer import PluginProposer
 
 
 class DiffusionSelfProposer(PluginProposer):

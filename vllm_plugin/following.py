@@ -10,8 +10,8 @@ from typing import Any
 
 import torch
 
-from common.decoder import Decoder, Limits
-from vllm_plugin.proposer import PluginProposer
+from parallel_decoding.common.decoder import Decoder, Limits
+from parallel_decoding.vllm_plugin.proposer import PluginProposer
 
 
 @dataclass

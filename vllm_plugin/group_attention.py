@@ -17,8 +17,8 @@ from typing import Any
 
 import torch
 
-from common.row_stats import member_rows
-from vllm_plugin.paged_forward import paged_metadata, window_slots
+from parallel_decoding.common.row_stats import member_rows
+from parallel_decoding.vllm_plugin.paged_forward import paged_metadata, window_slots
 
 
 @dataclass(frozen=True)

@@ -18,10 +18,11 @@ from typing import Any
 
 import torch
 
-from common.decoder import Limits
-from common.huginn import HuginnDecoder, RecurrentForward, RecurrentOutput, RecurrentRows
-from vllm_plugin.logprobs import logprobs_tensors, processed
-from vllm_plugin.proposer import PluginProposer, request_sampling
+from parallel_decoding.common.decoder import Limits
+from parallel_decoding.common.huginn.decoder import HuginnDecoder
+from parallel_decoding.common.huginn.forward import RecurrentForward, RecurrentOutput, RecurrentRows
+from parallel_decoding.vllm_plugin.logprobs import logprobs_tensors, processed
+from parallel_decoding.vllm_plugin.proposer import PluginProposer, request_sampling
 
 
 @dataclass

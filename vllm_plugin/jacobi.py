@@ -8,9 +8,9 @@ from typing import Any
 
 import torch
 
-from common.jacobi import JacobiDecoder
-from common.sampling import choose
-from vllm_plugin.following import FollowingProposer
+from parallel_decoding.common.jacobi import JacobiDecoder
+from parallel_decoding.common.sampling import choose
+from parallel_decoding.vllm_plugin.following import FollowingProposer
 
 
 class JacobiProposer(FollowingProposer):

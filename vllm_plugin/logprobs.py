@@ -11,8 +11,8 @@ from typing import Any
 
 import torch
 
-from common.logprob_rows import logprob_rows
-from common.window import Forward
+from parallel_decoding.common.logprob_rows import logprob_rows
+from parallel_decoding.common.window import Forward
 
 RAW_MODES = ("raw_logprobs", "raw_logits")
 

@@ -3,7 +3,7 @@ choices (`common.width_planner`) read from the engine's worker."""
 
 from typing import Any
 
-from common.acceptance import AcceptanceStats
+from parallel_decoding.common.acceptance import AcceptanceStats
 
 
 def acceptance(llm: Any) -> AcceptanceStats:
@@ -19,5 +19,5 @@ def acceptance(llm: Any) -> AcceptanceStats:
 
 def planner(llm: Any) -> dict | None:
     """The width planner's `describe()` in an offline `LLM`'s worker, built with
-    `worker_extension_cls="vllm_plugin.probe.StateProbe"` (None: the method does not adapt)."""
+    `worker_extension_cls="parallel_decoding.vllm_plugin.probe.StateProbe"` (None: the method does not adapt)."""
     return llm.collective_rpc("parallel_decoding_width_planner")[0] or None

@@ -8,7 +8,7 @@ from vllm.model_executor.models.mistral import MistralForCausalLM
 from vllm.model_executor.models.qwen2 import Qwen2ForCausalLM
 from vllm.model_executor.models.qwen3 import Qwen3ForCausalLM
 
-from common.checkpoint import stock_model_type, stock_weight_name
+from parallel_decoding.common.checkpoint import stock_model_type, stock_weight_name
 
 
 class WeDLMForCausalLM(Qwen3ForCausalLM):

@@ -10,8 +10,8 @@ from typing import Any
 
 import torch
 
-from common.row_stats import member_rows
-from common.window import Attention, Forward
+from parallel_decoding.common.row_stats import member_rows
+from parallel_decoding.common.window import Attention, Forward
 
 
 @dataclass(frozen=True)

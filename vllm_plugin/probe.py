@@ -15,7 +15,7 @@ class StateProbe:
 
     def parallel_decoding_entries(self) -> dict[str, int]:
         """Entries per per-request table of our proposer (empty when the engine runs no method of ours)."""
-        from vllm_plugin.proposer import PluginProposer
+        from parallel_decoding.vllm_plugin.proposer import PluginProposer
 
         drafter = getattr(self.model_runner, "drafter", None)
         return drafter.entries if isinstance(drafter, PluginProposer) else {}

@@ -6,11 +6,11 @@ from typing import Any
 
 import torch
 
-from common.methods import parse_config
-from common.sampling import SamplingParams
-from common.width_planner import Shape, WidthPlanner, planner_for
-from vllm_plugin import cpu_kernels, runner_hooks
-from vllm_plugin.config import ADDITIONAL_CONFIG_KEY
+from parallel_decoding.common.methods import parse_config
+from parallel_decoding.common.sampling import SamplingParams
+from parallel_decoding.common.width_planner import Shape, WidthPlanner, planner_for
+from parallel_decoding.vllm_plugin import cpu_kernels, runner_hooks
+from parallel_decoding.vllm_plugin.config import ADDITIONAL_CONFIG_KEY
 
 logger = logging.getLogger("vllm.parallel_decoding")  # under vLLM's own logger, so its handler prints it
 

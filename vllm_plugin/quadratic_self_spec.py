@@ -13,10 +13,10 @@ from typing import Any
 
 import torch
 
-from common.lora import LoRA
-from vllm_plugin import group_attention
-from vllm_plugin.commit import CommitProposer, CommitRequest
-from vllm_plugin.group_attention import GroupedWindow
+from parallel_decoding.common.lora import LoRA
+from parallel_decoding.vllm_plugin import group_attention
+from parallel_decoding.vllm_plugin.commit import CommitProposer, CommitRequest
+from parallel_decoding.vllm_plugin.group_attention import GroupedWindow
 
 
 class QuadraticSelfSpecProposer(CommitProposer):

@@ -2,7 +2,7 @@
 
 One vLLM attention layer per model layer, the core's shared by all recurrences (upstream's `compress-s4`), so the
 cache costs what an 8-layer model's costs. Forwards run the rows the `huginn` proposer stages
-(`common.huginn.StagedRaven`).
+(`common.huginn.forward.StagedRaven`).
 """
 
 from typing import Any
@@ -10,9 +10,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from common.errors import ConfigError
-from common.huginn import StagedRaven
-from common.models.raven import LayerCache, RavenConfig
+from parallel_decoding.common.errors import ConfigError
+from parallel_decoding.common.huginn.forward import StagedRaven
+from parallel_decoding.common.models.raven import LayerCache, RavenConfig
 
 
 class RavenForCausalLM(StagedRaven):

@@ -9,7 +9,7 @@ The lossless methods are verified by vLLM's own rejection sampler, which applies
 import functools
 from typing import Any
 
-from vllm_plugin.config import ADDITIONAL_CONFIG_KEY
+from parallel_decoding.vllm_plugin.config import ADDITIONAL_CONFIG_KEY
 
 # vLLM sampling parameters the committing methods do not apply, with the value that leaves them off.
 NEUTRAL = {"presence_penalty": 0.0, "frequency_penalty": 0.0, "repetition_penalty": 1.0, "min_p": 0.0,

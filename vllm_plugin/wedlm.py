@@ -7,7 +7,7 @@ committed run's KV is kept while the rest of the window is rolled back.
 
 from typing import Any
 
-from vllm_plugin.commit import CommitProposer, CommitRequest
+from parallel_decoding.vllm_plugin.commit import CommitProposer, CommitRequest
 
 
 class WeDLMProposer(CommitProposer):

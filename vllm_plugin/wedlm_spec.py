@@ -11,8 +11,8 @@ from typing import Any
 
 import torch
 
-from common.wedlm_spec import WeDLMSpecDecoder
-from vllm_plugin.following import FollowedRequest, FollowingProposer
+from parallel_decoding.common.wedlm_spec import WeDLMSpecDecoder
+from parallel_decoding.vllm_plugin.following import FollowedRequest, FollowingProposer
 
 
 class WeDLMSpecProposer(FollowingProposer):

@@ -18,7 +18,7 @@ import torch
 from safetensors.torch import load_file
 from torch import nn
 
-from common.errors import ConfigError
+from parallel_decoding.common.errors import ConfigError
 
 MODEL_TYPE = "huginn_raven"
 ARCHITECTURE = "RavenForCausalLM"

@@ -1,7 +1,7 @@
 """Huginn's `RavenForCausalLM` as an SGLang model: `common/`'s model with its attention on SGLang's paged KV pool.
 
 One `RadixAttention` per model layer, the core's shared by all recurrences (upstream's `compress-s4`), so the pool
-costs an 8-layer model's. Forwards run the rows the `huginn` worker stages (`common.huginn.StagedRaven`).
+costs an 8-layer model's. Forwards run the rows the `huginn` worker stages (`common.huginn.forward.StagedRaven`).
 """
 
 from typing import Any
@@ -11,9 +11,9 @@ from sglang.srt.layers.logits_processor import LogitsProcessor
 from sglang.srt.layers.radix_attention import RadixAttention
 from torch import nn
 
-from common.errors import ConfigError
-from common.huginn import StagedRaven
-from common.models.raven import LayerCache, RavenConfig
+from parallel_decoding.common.errors import ConfigError
+from parallel_decoding.common.huginn.forward import StagedRaven
+from parallel_decoding.common.models.raven import LayerCache, RavenConfig
 
 
 class RavenForCausalLM(StagedRaven):

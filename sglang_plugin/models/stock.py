@@ -9,7 +9,7 @@ from sglang.srt.models.ministral3 import Ministral3ForCausalLM
 from sglang.srt.models.qwen2 import Qwen2ForCausalLM
 from sglang.srt.models.qwen3 import Qwen3ForCausalLM
 
-from common.checkpoint import stock_model_type, stock_weight_name
+from parallel_decoding.common.checkpoint import stock_model_type, stock_weight_name
 
 
 class WeDLMForCausalLM(Qwen3ForCausalLM):

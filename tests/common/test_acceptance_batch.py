@@ -3,7 +3,7 @@ request by request: the drafts up to the first mismatch with the argmax, then th
 
 import torch
 
-from common.acceptance import accept_greedy, accept_greedy_batch, leading_matches
+from parallel_decoding.common.acceptance import accept_greedy, accept_greedy_batch, leading_matches
 
 
 def test_batched_greedy_acceptance_equals_per_request():

@@ -7,9 +7,17 @@ import itertools
 import pytest
 import torch
 
-from common.assd import AssdConfig, bigram_drafts, conditionals, decoding_order, infill, perm_mask, with_holes
-from common.errors import ConfigError
-from common.sampling import SamplingParams, target_probs, without_token
+from parallel_decoding.common.assd.decoding import (
+    AssdConfig,
+    bigram_drafts,
+    conditionals,
+    decoding_order,
+    infill,
+    perm_mask,
+    with_holes,
+)
+from parallel_decoding.common.errors import ConfigError
+from parallel_decoding.common.sampling import SamplingParams, target_probs, without_token
 from scripts.make_tiny_models import build_xlnet
 from tests.support.exact import P_VALUE_FLOOR, chi_square_p_value
 
@@ -56,7 +64,7 @@ def sampled_p_value(model, joint: dict, config: AssdConfig) -> float:
 
 
 def test_sampling_follows_the_sequential_joint(xlnet, monkeypatch):
-    import common.assd
+    import parallel_decoding.common.assd.decoding
 
     torch.set_num_threads(1)
     joint = sequential_joint(xlnet, HOLES, SamplingParams(temperature=TEMPERATURE))
@@ -68,7 +76,7 @@ def test_sampling_follows_the_sequential_joint(xlnet, monkeypatch):
                 return drafts[:j], [int(torch.multinomial(p[j], 1, generator=generator))]
         return drafts, []
 
-    monkeypatch.setattr(common.assd, "accept", resample_from_target)
+    monkeypatch.setattr(parallel_decoding.common.assd.decoding, "accept", resample_from_target)
     assert sampled_p_value(xlnet, joint, AssdConfig(k=3)) < P_VALUE_FLOOR
 
 

@@ -1,6 +1,7 @@
-"""The ASSD server (`python -m common.assd_server`) with the `openai` client on a tiny XLNet: completions, suffix
-insertion, streaming and `/v1/infill` equal `common.assd.infill` on the same model and seed; stop strings, EOS and
-max_tokens cut the text; unapplied options are refused by name; concurrent and abandoned requests lose nothing."""
+"""The ASSD server (`parallel-decoding assd-server`) with the `openai` client on a tiny XLNet: completions, suffix
+insertion, streaming and `/v1/infill` equal `common.assd.decoding.infill` on the same model and seed; stop strings,
+EOS and max_tokens cut the text; unapplied options are refused by name; concurrent and abandoned requests lose
+nothing."""
 
 import concurrent.futures
 import json
@@ -14,8 +15,8 @@ import pytest
 import torch
 from transformers import PreTrainedTokenizerFast, XLNetLMHeadModel
 
-from common.assd import AssdConfig, infill, with_holes
-from common.sampling import SamplingParams
+from parallel_decoding.common.assd.decoding import AssdConfig, infill, with_holes
+from parallel_decoding.common.sampling import SamplingParams
 from scripts.server_process import free_port, running_server
 
 CONFIG = AssdConfig(k=5)
@@ -32,7 +33,7 @@ def xlnet(tiny_dir):
 @pytest.fixture(scope="module")
 def client(xlnet):
     port = free_port()
-    cmd = [sys.executable, "-m", "common.assd_server", "--model", str(xlnet[0]), "--port", str(port),
+    cmd = [sys.executable, "-m", "parallel_decoding.common.assd.server", "--model", str(xlnet[0]), "--port", str(port),
            "--config", json.dumps({"k": CONFIG.k}), "--max-model-len", "256"]
     with running_server("assd", cmd, port, dict(os.environ), None, timeout=120) as client:
         yield client

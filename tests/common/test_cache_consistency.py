@@ -4,12 +4,12 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from common.attention import additive_mask
-from common.decoder import Limits
-from common.methods import make_decoder, parse_config
-from common.runner import ReferenceRunner
-from common.sampling import SamplingParams
-from common.window import after_rows
+from parallel_decoding.common.attention import additive_mask
+from parallel_decoding.common.decoder import Limits
+from parallel_decoding.common.methods import make_decoder, parse_config
+from parallel_decoding.common.runner import ReferenceRunner
+from parallel_decoding.common.sampling import SamplingParams
+from parallel_decoding.common.window import after_rows
 from tests.support import ties
 
 MAX_TOKENS = 27

@@ -6,7 +6,7 @@ import sys
 
 import torch
 
-from common.checkpoint import load, resolve_mask_token_id
+from parallel_decoding.common.checkpoint import load, resolve_mask_token_id
 from scripts.make_tiny_models import as_wedlm
 
 
@@ -44,7 +44,8 @@ def test_cli_decodes_wedlm_checkpoint_with_tokenizer_mask(tiny_dir, prompts, tmp
     for name in ("wedlm", "qwen3"):
         out = tmp_path / f"{name}.json"
         proc = subprocess.run(
-            [sys.executable, "-m", "common.generate", "--model", str(tiny_dir / name), "--method", "wedlm",
+            [sys.executable, "-m", "parallel_decoding.common.generate", "--model", str(tiny_dir / name),
+             "--method", "wedlm",
              "--config", '{"window": 6, "entropy_threshold": 2.0}', "--max-tokens", "17",
              "--prompts-file", str(prompts_file), "--json", str(out)],
             check=True, capture_output=True, text=True, stdin=subprocess.DEVNULL,

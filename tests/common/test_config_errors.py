@@ -9,12 +9,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from common.checkpoint import resolve_mask_token_id
-from common.decoder import Limits
-from common.draft_layout import resolve_dlm_type
-from common.errors import ConfigError
-from common.methods import make_decoder, parse_config
-from common.sampling import SamplingParams
+from parallel_decoding.common.checkpoint import resolve_mask_token_id
+from parallel_decoding.common.decoder import Limits
+from parallel_decoding.common.draft_layout import resolve_dlm_type
+from parallel_decoding.common.errors import ConfigError
+from parallel_decoding.common.methods import make_decoder, parse_config
+from parallel_decoding.common.sampling import SamplingParams
 
 BAD = [
     ("wedlm", {"window": 0}, "window"),
@@ -106,7 +106,7 @@ def test_cli_refuses_model_without_mask_token(tiny_dir, tmp_path):
         (model_dir / name).write_text(json.dumps(data))
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("import os\n")
-    cmd = [sys.executable, "-m", "common.generate", "--model", str(model_dir), "--method", "wedlm",
+    cmd = [sys.executable, "-m", "parallel_decoding.common.generate", "--model", str(model_dir), "--method", "wedlm",
            "--prompts-file", str(prompts), "--json", str(tmp_path / "out.json")]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     assert proc.returncode != 0
@@ -129,7 +129,8 @@ def test_presets_parse(preset):
 def test_cli_refuses_empty_prompt_before_loading(tmp_path):
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("import os\n\nimport sys\n")
-    cmd = [sys.executable, "-m", "common.generate", "--model", str(tmp_path / "absent"), "--method", "ar",
+    cmd = [sys.executable, "-m", "parallel_decoding.common.generate", "--model", str(tmp_path / "absent"),
+           "--method", "ar",
            "--prompts-file", str(prompts), "--json", str(tmp_path / "out.json")]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     assert proc.returncode != 0 and "empty line(s): [2]" in proc.stderr and "Traceback" not in proc.stderr

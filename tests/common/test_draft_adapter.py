@@ -7,14 +7,14 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from common.decoder import Limits
-from common.diffusion_self import DRAFT_ADAPTER
-from common.errors import ConfigError
-from common.lora import LoRA
-from common.methods import make_decoder, parse_config
-from common.runner import ReferenceRunner
-from common.sampling import SamplingParams
-from common.window import Attention
+from parallel_decoding.common.decoder import Limits
+from parallel_decoding.common.diffusion_self import DRAFT_ADAPTER
+from parallel_decoding.common.errors import ConfigError
+from parallel_decoding.common.lora import LoRA
+from parallel_decoding.common.methods import make_decoder, parse_config
+from parallel_decoding.common.runner import ReferenceRunner
+from parallel_decoding.common.sampling import SamplingParams
+from parallel_decoding.common.window import Attention
 from tests.support import ties
 from tests.support.adapters import write_adapter
 
@@ -125,7 +125,7 @@ def test_adapter_on_fused_projections_equals_the_unfused_one(tmp_path):
 def test_row_scoped_adapter_leaves_other_rows_exact(qwen3, adapter_dir):
     """`LoRA.enabled(rows)`: the rows named change, the others are bit for bit the base model's; a quadratic
     forward with a draft adapter names exactly its group rows (the chain's verify the base model's)."""
-    from common.quadratic_self_spec import QuadraticSelfSpecConfig, quadratic_forward
+    from parallel_decoding.common.quadratic_self_spec import QuadraticSelfSpecConfig, quadratic_forward
 
     model, _ = qwen3
     lora = LoRA(model, adapter_dir)

@@ -1,4 +1,4 @@
-"""The `python -m common.generate` contract later checks rely on. One call goes through `python -m`; the rest call
+"""The `parallel-decoding generate` contract later checks rely on. One call goes through `python -m`; the rest call
 its `main` in-process (each interpreter start costs more than the decoding it tests)."""
 
 import json
@@ -7,17 +7,17 @@ import sys
 
 import pytest
 
-from common.generate import main
+from parallel_decoding.common.generate import main
 
 
 def generate(json_path, *args: str) -> list[dict]:
-    """`python -m common.generate *args --json json_path`, in-process; its records."""
+    """`parallel-decoding generate *args --json json_path`, in-process; its records."""
     main([*args, "--json", str(json_path)])
     return json.loads(json_path.read_text())
 
 
 def refused(args: list[str]) -> str:
-    """The message `python -m common.generate` exits 1 with for these arguments."""
+    """The message `parallel-decoding generate` exits 1 with for these arguments."""
     with pytest.raises(SystemExit) as exit_info:
         main(args)
     return str(exit_info.value.code)
@@ -42,8 +42,8 @@ def outputs(tiny_dir, prompts, tmp_path_factory):
         args = ["--model", str(tiny_dir / "qwen2"), "--method", method, "--max-tokens", "19", "--prompts-file",
                 str(prompts_file)] + (["--config", config] if config else [])
         if method == "ar":
-            subprocess.run([sys.executable, "-m", "common.generate", *args, "--json", str(out)], check=True,
-                           capture_output=True)
+            subprocess.run([sys.executable, "-m", "parallel_decoding.common.generate", *args, "--json", str(out)],
+                           check=True, capture_output=True)
             results[method] = json.loads(out.read_text())
         else:
             results[method] = generate(out, *args)
@@ -67,15 +67,15 @@ def test_lossless_methods_match_ar_through_cli(outputs):
 
 
 def test_huginn_wavefront_through_cli(tiny_dir, prompts, tmp_path):
-    """`--method huginn` on the tiny Raven: the records hold `common.huginn.generate`'s tokens and core passes
+    """`--method huginn` on the tiny Raven: the records hold `common.huginn.reference.generate`'s tokens and core passes
     for the prompts' token ids, `ar` spends `num_steps` passes per forward, and greedy margins are positive."""
     from transformers import PreTrainedTokenizerFast
 
-    from common.decoder import Limits
-    from common.huginn import HuginnConfig
-    from common.huginn import generate as huginn_generate
-    from common.models.raven import RavenForCausalLM
-    from common.sampling import SamplingParams
+    from parallel_decoding.common.decoder import Limits
+    from parallel_decoding.common.huginn.config import HuginnConfig
+    from parallel_decoding.common.huginn.reference import generate as huginn_generate
+    from parallel_decoding.common.models.raven import RavenForCausalLM
+    from parallel_decoding.common.sampling import SamplingParams
 
     prompts_file = tmp_path / "prompts.txt"
     prompts_file.write_text("\n".join(prompts[:3]) + "\n")
@@ -125,8 +125,8 @@ def test_jsonl_chat_prompts(tmp_path):
     """A `.jsonl` prompts file: a text prompt and a chat (several lines of text) rendered with the chat template."""
     from types import SimpleNamespace
 
-    from common.errors import ConfigError
-    from common.prompts import encode, read_prompts
+    from parallel_decoding.common.errors import ConfigError
+    from parallel_decoding.common.prompts import encode, read_prompts
 
     path = tmp_path / "prompts.jsonl"
     chat = [{"role": "user", "content": "Two lines:\nhere."}]

@@ -12,20 +12,14 @@ from dataclasses import replace
 import pytest
 import torch
 
-from common.decoder import Limits
-from common.errors import ConfigError
-from common.huginn import (
-    HuginnConfig,
-    HuginnDecoder,
-    RecurrentForward,
-    RecurrentOutput,
-    Row,
-    check_engine_config,
-    generate,
-    run_forward,
-)
-from common.models.raven import KVCache, RavenConfig, RavenForCausalLM
-from common.sampling import SamplingParams, target_probs
+from parallel_decoding.common.decoder import Limits
+from parallel_decoding.common.errors import ConfigError
+from parallel_decoding.common.huginn.config import HuginnConfig, check_engine_config
+from parallel_decoding.common.huginn.decoder import HuginnDecoder, Row
+from parallel_decoding.common.huginn.forward import RecurrentForward, RecurrentOutput, run_forward
+from parallel_decoding.common.huginn.reference import generate
+from parallel_decoding.common.models.raven import KVCache, RavenConfig, RavenForCausalLM
+from parallel_decoding.common.sampling import SamplingParams, target_probs
 from scripts.make_tiny_models import build_raven
 from tests.support import naive_wavefront
 from tests.support.exact import P_VALUE_FLOOR, chi_square_p_value
@@ -153,7 +147,7 @@ def test_greedy_without_a_seed_reproduces(raven, prompts):
 def test_wavefront_notes_its_decisions_slack(raven, prompts, monkeypatch):
     """Per token, the slack of the argmaxes and exit tests taken while it was next: an exit threshold set to a
     latent change the wavefront measured is a tie (slack 0) at that token, which a tie-aware comparison cuts at."""
-    import common.huginn as huginn
+    import parallel_decoding.common.huginn.decoder as huginn
 
     wave = HuginnConfig(sampler="wavefront", num_steps=R, inner_recurrence=2)
     result = generate(raven, prompts[0], wave, SamplingParams(seed=5), Limits(MAX_TOKENS))
@@ -206,14 +200,16 @@ def speculative_p_value(model, joint: dict, prompt: list[int], length: int) -> f
 def test_speculative_sampling_follows_ar_distribution(monkeypatch):
     """On a vocabulary of 4, 3 tokens sampled by `speculative` (r = 3, drafts with 1 recurrence, rejection sampling,
     zero initial latents) follow `ar`'s exact joint (chi-square); drafts accepted unconditionally fail it."""
-    import common.huginn
+    import parallel_decoding.common.huginn.decoder
 
     model = build_raven(4, seed=2, hidden_size=32, mean_recurrence=3)
     prompt, length = [1, 2], 3
     joint = ar_joint(model, prompt, length, SamplingParams(temperature=1.0))
     assert speculative_p_value(model, joint, prompt, length) > P_VALUE_FLOOR
-    monkeypatch.setattr(common.huginn, "verify", lambda drafts, logits, params, generator, probs=None: [
-        *drafts.tolist(), int(torch.multinomial(target_probs(logits[-1:], params)[0], 1, generator=generator))])
+    monkeypatch.setattr(parallel_decoding.common.huginn.decoder, "verify",
+                        lambda drafts, logits, params, generator, probs=None: [
+                            *drafts.tolist(),
+                            int(torch.multinomial(target_probs(logits[-1:], params)[0], 1, generator=generator))])
     assert speculative_p_value(model, joint, prompt, length) < P_VALUE_FLOOR
 
 

@@ -7,12 +7,12 @@ in a bidirectional reveal forward."""
 import pytest
 import torch
 
-from common.decoder import Limits
-from common.logprob_rows import logprob_rows
-from common.methods import make_decoder, parse_config
-from common.runner import ReferenceRunner
-from common.sampling import SamplingParams
-from common.window import Attention, Forward
+from parallel_decoding.common.decoder import Limits
+from parallel_decoding.common.logprob_rows import logprob_rows
+from parallel_decoding.common.methods import make_decoder, parse_config
+from parallel_decoding.common.runner import ReferenceRunner
+from parallel_decoding.common.sampling import SamplingParams
+from parallel_decoding.common.window import Attention, Forward
 
 MAX_TOKENS = 23
 METHODS = [

@@ -3,13 +3,13 @@ WeDLM-drafted speculation equal greedy AR exactly."""
 
 import pytest
 
-from common.checkpoint import load
-from common.decoder import Limits
-from common.jacobi import JacobiConfig
-from common.methods import make_decoder, parse_config
-from common.quadratic_self_spec import QuadraticSelfSpecConfig, quadratic_forward
-from common.runner import ReferenceRunner
-from common.sampling import SamplingParams
+from parallel_decoding.common.checkpoint import load
+from parallel_decoding.common.decoder import Limits
+from parallel_decoding.common.jacobi import JacobiConfig
+from parallel_decoding.common.methods import make_decoder, parse_config
+from parallel_decoding.common.quadratic_self_spec import QuadraticSelfSpecConfig, quadratic_forward
+from parallel_decoding.common.runner import ReferenceRunner
+from parallel_decoding.common.sampling import SamplingParams
 from tests.support import ties
 
 MAX_TOKENS = 29

@@ -4,14 +4,14 @@ decisions taken once per step for the whole batch."""
 import pytest
 import torch
 
-from common import diffusion, jacobi, quadratic_self_spec, row_stats, wedlm
-from common.decoder import Limits
-from common.diffusion import DiffusionConfig, DiffusionDecoder
-from common.jacobi import JacobiConfig, JacobiDecoder
-from common.quadratic_self_spec import QuadraticSelfSpecConfig, QuadraticSelfSpecDecoder
-from common.row_stats import RowReading, RowStats, apply_rows
-from common.sampling import SamplingParams
-from common.wedlm import WeDLMConfig, WeDLMDecoder
+from parallel_decoding.common import diffusion, jacobi, quadratic_self_spec, row_stats, wedlm
+from parallel_decoding.common.decoder import Limits
+from parallel_decoding.common.diffusion import DiffusionConfig, DiffusionDecoder
+from parallel_decoding.common.jacobi import JacobiConfig, JacobiDecoder
+from parallel_decoding.common.quadratic_self_spec import QuadraticSelfSpecConfig, QuadraticSelfSpecDecoder
+from parallel_decoding.common.row_stats import RowReading, RowStats, apply_rows
+from parallel_decoding.common.sampling import SamplingParams
+from parallel_decoding.common.wedlm import WeDLMConfig, WeDLMDecoder
 
 VOCAB, MASK = 12, 11
 

@@ -8,14 +8,14 @@ the same test.
 
 import pytest
 
-import common.diffusion_self
-import common.jacobi
-import common.wedlm_spec
-from common.acceptance import verify
-from common.decoder import Limits
-from common.methods import make_decoder, parse_config
-from common.runner import ReferenceRunner
-from common.sampling import SamplingParams, sample, target_probs
+import parallel_decoding.common.diffusion_self
+import parallel_decoding.common.jacobi
+import parallel_decoding.common.wedlm_spec
+from parallel_decoding.common.acceptance import verify
+from parallel_decoding.common.decoder import Limits
+from parallel_decoding.common.methods import make_decoder, parse_config
+from parallel_decoding.common.runner import ReferenceRunner
+from parallel_decoding.common.sampling import SamplingParams, sample, target_probs
 from scripts.make_tiny_models import build_model
 from tests.support.exact import (
     LENGTH,
@@ -81,7 +81,7 @@ def test_distribution_matches_ar(small_model, method, settings, params):
 @pytest.mark.parametrize("wrong_rule", [False, True], ids=["exact", "wrong-rule-detected"])
 def test_wedlm_spec_distribution_matches_ar(small_model, monkeypatch, wrong_rule):
     if wrong_rule:
-        monkeypatch.setattr(common.wedlm_spec, "verify", resample_from_target)
+        monkeypatch.setattr(parallel_decoding.common.wedlm_spec, "verify", resample_from_target)
     params = PARAMS[0]
     p_value = chi_square_p_value(empirical(small_model, *SPEC_CASE, params, SPEC_LENGTH),
                                  exact_joint(small_model, params, SPEC_LENGTH))
@@ -94,8 +94,8 @@ WRONG_RULE_CASES = [CASES[0], pytest.param(*CASES[2], marks=pytest.mark.sweep), 
 
 @pytest.mark.parametrize(("method", "settings"), WRONG_RULE_CASES, ids=["jacobi", "jacobi-linear", "diffusion_self"])
 def test_wrong_acceptance_rule_is_detected(small_model, monkeypatch, method, settings):
-    monkeypatch.setattr(common.jacobi, "verify", resample_from_target)
-    monkeypatch.setattr(common.diffusion_self, "verify", resample_from_target)
+    monkeypatch.setattr(parallel_decoding.common.jacobi, "verify", resample_from_target)
+    monkeypatch.setattr(parallel_decoding.common.diffusion_self, "verify", resample_from_target)
     params = PARAMS[0]
     p_value = chi_square_p_value(empirical(small_model, method, settings, params), exact_joint(small_model, params))
     assert p_value < P_VALUE_FLOOR

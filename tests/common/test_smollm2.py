@@ -7,14 +7,14 @@ import json
 import pytest
 import torch
 
-from common.checkpoint import eos_token_ids, load
-from common.decoder import Limits
-from common.diffusion_self import DRAFT_ADAPTER
-from common.errors import ConfigError
-from common.lora import LoRA
-from common.methods import make_decoder, parse_config
-from common.runner import ReferenceRunner
-from common.sampling import SamplingParams
+from parallel_decoding.common.checkpoint import eos_token_ids, load
+from parallel_decoding.common.decoder import Limits
+from parallel_decoding.common.diffusion_self import DRAFT_ADAPTER
+from parallel_decoding.common.errors import ConfigError
+from parallel_decoding.common.lora import LoRA
+from parallel_decoding.common.methods import make_decoder, parse_config
+from parallel_decoding.common.runner import ReferenceRunner
+from parallel_decoding.common.sampling import SamplingParams
 from scripts import chat_prompts, smollm2
 from tests.support import ties
 

@@ -3,7 +3,7 @@ acceptance, deterministically; its cost model recovers a step's cost from measur
 
 import torch
 
-from common.width_planner import AcceptanceTable, Shape, StepCost, WidthPlanner
+from parallel_decoding.common.width_planner import AcceptanceTable, Shape, StepCost, WidthPlanner
 
 KEYS = ["a", "b", "c", "d"]
 
@@ -105,8 +105,8 @@ def test_fixed_costs_are_not_refitted():
 
 
 def test_planner_for_follows_the_config_and_reports_at_most_every_interval():
-    from common.methods import parse_config
-    from common.width_planner import planner_for
+    from parallel_decoding.common.methods import parse_config
+    from parallel_decoding.common.width_planner import planner_for
 
     assert planner_for(parse_config("jacobi", {"adaptive": False}), 4, Shape()) is None
     plan = planner_for(parse_config("jacobi", {"block_size": 4}), 4, Shape())

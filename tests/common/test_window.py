@@ -4,7 +4,8 @@ its own attention, and its logit rows move past them; a causal forward stays cau
 import pytest
 import torch
 
-from common.window import Attention, Forward, after_rows, causal_forward
+from parallel_decoding.common.diffusion_self import DiffusionSelfConfig, draft_window
+from parallel_decoding.common.window import Attention, Forward, after_rows, causal_forward, rectangular
 
 
 def blocks(n: int, inner: torch.Tensor) -> torch.Tensor:
@@ -39,3 +40,12 @@ def test_after_rows_prepends_causal_rows(forward, prepended):
 def test_after_rows_alone():
     got = after_rows(None, [3, 4], 2)
     assert got.attention is Attention.CAUSAL and got.positions.tolist() == [2, 3] and got.logit_rows.numel() == 0
+
+
+def test_rectangular_batch_of_draft_windows():
+    """Two requests' `[seed, mask x w]` draft windows (w = 2 and 0) in one batch: padded with the mask, each
+    bidirectional within its own window and causal past it."""
+    config = DiffusionSelfConfig(num_speculative_tokens=2, mask_token_id=9)
+    tokens, visible = rectangular([draft_window(5, 10, 2, config), draft_window(6, 3, 0, config)], pad_token=9)
+    assert tokens.tolist() == [[5, 9, 9], [6, 9, 9]]
+    assert visible.int().tolist() == [[[1, 1, 1], [1, 1, 1], [1, 1, 1]], [[1, 0, 0], [1, 1, 0], [1, 1, 1]]]

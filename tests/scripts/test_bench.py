@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from common.quadratic_self_spec import QuadraticSelfSpecConfig, quadratic_forward
+from parallel_decoding.common.quadratic_self_spec import QuadraticSelfSpecConfig, quadratic_forward
 from scripts.bench import METHODS, histogram
 from scripts.profile_step import rows_width, with_peer_ratio
 

@@ -1,6 +1,7 @@
-"""Every `python -m` command of ours that the README, docs/ or a docstring shows names a module that exists and
-flags that module accepts: each module's `--help` is run once and every flag a documented command passes must be
-in it (a renamed flag or module fails here, not in a reader's terminal)."""
+"""Every command of ours that the README, docs/ or a docstring shows (`python -m scripts...` or
+`parallel-decoding SUBCOMMAND`) names a module or subcommand that exists and flags it accepts: each one's `--help`
+is run once and every flag a documented command passes must be in it (a renamed flag or module fails here, not in a
+reader's terminal)."""
 
 import re
 import subprocess
@@ -9,9 +10,14 @@ from pathlib import Path
 
 import pytest
 
+from parallel_decoding.common.cli import SUBCOMMANDS
+
 ROOT = Path(__file__).resolve().parents[2]
 OURS = ("common", "scripts", "vllm_plugin", "sglang_plugin")
-COMMAND = re.compile(r"python -m ((?:" + "|".join(OURS) + r")(?:\.\w+)+)([^`\n]*)")
+COMMAND = re.compile(r"(python -m (?:scripts|parallel_decoding)(?:\.\w+)+|parallel-decoding (?:"
+                     + "|".join(SUBCOMMANDS) + r"))([^`\n]*)")
+# The console script beside this interpreter (the package's `[project.scripts]`).
+CONSOLE = Path(sys.executable).parent / "parallel-decoding"
 
 
 def documents() -> list[Path]:
@@ -22,13 +28,13 @@ def documents() -> list[Path]:
 
 
 def commands() -> dict[str, set[str]]:
-    """Per module, the flags its documented commands pass (continuation lines joined)."""
+    """Per command (`python -m MODULE` or `parallel-decoding SUB`), the flags its documented uses pass."""
     found: dict[str, set[str]] = {}
     for path in documents():
         text = re.sub(r"\\+\n\s*", " ", path.read_text(encoding="utf-8"))
-        for module, rest in COMMAND.findall(text):
+        for command, rest in COMMAND.findall(text):
             flags = {m for m in re.findall(r"(?<![\w-])--[a-z][\w-]*", rest)}
-            found.setdefault(module, set()).update(flags)
+            found.setdefault(command, set()).update(flags)
     return found
 
 
@@ -36,16 +42,18 @@ COMMANDS = commands()
 
 
 def test_the_documents_show_commands():
-    assert {"common.generate", "scripts.bench", "scripts.serve_demo"} <= set(COMMANDS)
+    assert {"parallel-decoding generate", "python -m scripts.bench", "python -m scripts.serve_demo"} <= set(COMMANDS)
 
 
-@pytest.mark.parametrize("module", sorted(COMMANDS))
-def test_documented_flags_exist(module):
-    run = subprocess.run([sys.executable, "-m", module, "--help"], cwd=ROOT, capture_output=True, text=True,
-                         timeout=300)
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_documented_flags_exist(command):
+    program, *words = command.split()
+    argv = [sys.executable, *words] if program == "python" else [str(CONSOLE), *words]
+    run = subprocess.run([*argv, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     accepted = set(re.findall(r"(?<![\w-])--[a-z][\w-]*", run.stdout))
-    assert COMMANDS[module] <= accepted, f"{module}: documented flags it does not take: {COMMANDS[module] - accepted}"
+    missing = COMMANDS[command] - accepted
+    assert not missing, f"{command}: documented flags it does not take: {missing}"
 
 
 def test_documented_paths_exist():
@@ -53,3 +61,12 @@ def test_documented_paths_exist():
     named = {(path.name, match) for path in documents()
              for match in re.findall(r"(?<![\w/.])((?:tests|scripts)/[\w/]+\.py)", path.read_text(encoding="utf-8"))}
     assert {(doc, p) for doc, p in named if not (ROOT / p).exists()} == set()
+
+
+def test_the_scripts_index_names_every_script():
+    """`scripts/README.md` names each script, shell script and folder under scripts/."""
+    index = (ROOT / "scripts" / "README.md").read_text(encoding="utf-8")
+    named = set(re.findall(r"`([\w./-]+)`", index))
+    present = {p.name + ("/" if p.is_dir() else "") for p in (ROOT / "scripts").iterdir()
+               if p.name not in {"__init__.py", "README.md", "__pycache__"}}
+    assert present - named == set()

@@ -8,8 +8,8 @@ from pathlib import Path
 import torch
 from transformers import DynamicCache
 
-from common.checkpoint import load
-from common.draft_layout import draft_rows
+from parallel_decoding.common.checkpoint import load
+from parallel_decoding.common.draft_layout import draft_rows
 from scripts import corpus
 from scripts.sol import Block, compaction, greedy, serial
 from scripts.trained_models import SHIPPED

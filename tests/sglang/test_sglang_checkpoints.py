@@ -1,6 +1,6 @@
 """WeDLM and Nemotron-Labs-Diffusion checkpoints as shipped (their architecture names, model types, `auto_map`, NLD's
 weight names and llama-4 query scaling) served by SGLang without remote code: each mode returns the tokens of
-`python -m common.generate` on the same checkpoint (greedy AR for the lossless `diffusion_self`).
+`parallel-decoding generate` on the same checkpoint (greedy AR for the lossless `diffusion_self`).
 
 Runs in the SGLang environment (see `tests/sglang/test_sglang_server.py`)."""
 

@@ -1,5 +1,5 @@
 """SGLang with `--decode-mode wedlm`, `diffusion` and `diffusion_self` in mode quadratic returns exactly the tokens of
-`python -m common.generate` with the same method, config and seed, greedy and sampled, for 32 prompts in flight;
+`parallel-decoding generate` with the same method, config and seed, greedy and sampled, for 32 prompts in flight;
 stop tokens and max_tokens end a request inside a window as the reference decoder ends it; the KV the modes commit,
 reused through SGLang's radix cache, continues as a fresh prefill would; the OpenAI endpoints
 (completions with stop strings, streaming, chat) give the text `/generate` gives, and logprobs; settings the modes do
@@ -13,11 +13,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from common.checkpoint import load
-from common.decoder import Limits
-from common.methods import make_decoder, parse_config
-from common.runner import ReferenceRunner, Result
-from common.sampling import SamplingParams
+from parallel_decoding.common.checkpoint import load
+from parallel_decoding.common.decoder import Limits
+from parallel_decoding.common.methods import make_decoder, parse_config
+from parallel_decoding.common.runner import ReferenceRunner, Result
+from parallel_decoding.common.sampling import SamplingParams
 from scripts.sglang_server import sglang_server
 from tests.support import ties
 from tests.support.reference_cli import MAX_TOKENS, SEED, reference, settings

@@ -7,11 +7,11 @@ import shutil
 
 import sglang
 
-from common.checkpoint import load
-from common.decoder import Limits
-from common.methods import make_decoder
-from common.runner import ReferenceRunner
-from common.sampling import SamplingParams
+from parallel_decoding.common.checkpoint import load
+from parallel_decoding.common.decoder import Limits
+from parallel_decoding.common.methods import make_decoder
+from parallel_decoding.common.runner import ReferenceRunner
+from parallel_decoding.common.sampling import SamplingParams
 from scripts.sglang_server import CPU_KWARGS
 from tests.support import ties
 from tests.support.adapters import write_adapter

@@ -8,12 +8,12 @@ import re
 import pytest
 import sglang
 
-from common.checkpoint import load
-from common.decoder import Limits
-from common.errors import ConfigError
-from common.methods import make_decoder, parse_config
-from common.runner import ReferenceRunner
-from common.sampling import SamplingParams
+from parallel_decoding.common.checkpoint import load
+from parallel_decoding.common.decoder import Limits
+from parallel_decoding.common.errors import ConfigError
+from parallel_decoding.common.methods import make_decoder, parse_config
+from parallel_decoding.common.runner import ReferenceRunner
+from parallel_decoding.common.sampling import SamplingParams
 from scripts.sglang_server import CPU_KWARGS
 from tests.support import ties
 
@@ -102,7 +102,7 @@ def test_window_mask_equals_per_request_blocks():
     """The workers' flat custom mask, built in one scatter, is each request's [cached prefix, window] rows in turn."""
     import torch
 
-    from sglang_plugin.worker import window_mask
+    from parallel_decoding.sglang_plugin.worker import window_mask
 
     generator = torch.Generator().manual_seed(1)
     for _ in range(100):
@@ -112,3 +112,11 @@ def test_window_mask_equals_per_request_blocks():
         blocks = [torch.cat([torch.ones(width, int(prefix), dtype=torch.bool), rows], 1).flatten()
                   for prefix, rows in zip(starts.tolist(), visible, strict=True)]
         assert torch.equal(window_mask(starts, visible, int(starts.sum())), torch.cat(blocks))
+
+
+def test_every_method_common_serves_on_sglang_is_a_decode_mode():
+    """The adapter's glue covers exactly the methods `common.methods` says SGLang serves."""
+    from parallel_decoding.common.methods import served_by
+    from parallel_decoding.sglang_plugin.cli import ALGORITHMS
+
+    assert set(ALGORITHMS) == set(served_by("sglang"))

@@ -15,11 +15,12 @@ import sglang
 import torch
 from transformers import AutoTokenizer
 
-from common.decoder import Limits
-from common.errors import ConfigError
-from common.huginn import HuginnConfig, generate
-from common.models.raven import RavenForCausalLM
-from common.sampling import SamplingParams
+from parallel_decoding.common.decoder import Limits
+from parallel_decoding.common.errors import ConfigError
+from parallel_decoding.common.huginn.config import HuginnConfig
+from parallel_decoding.common.huginn.reference import generate
+from parallel_decoding.common.models.raven import RavenForCausalLM
+from parallel_decoding.common.sampling import SamplingParams
 from scripts.sglang_server import CPU_KWARGS, sglang_server
 from tests.support.sglang_client import PRESSURE_ARGS, PRESSURE_ENV
 from tests.support.sglang_client import generate as complete
@@ -81,7 +82,7 @@ def test_retracted_requests_finish(engine_dir, prompts, tmp_path, monkeypatch):
 @pytest.mark.parametrize(("family", "mode", "config", "message"), [
     ("raven", "huginn", {"sampler": "speculative"}, "sampler must be one of"),
     ("raven", "huginn", {"cache_lookup_strategy": "full"}, "cache_lookup_strategy must be 'compress-s4'"),
-    ("raven", "jacobi", {}, "served by mode huginn only"),
+    ("raven", "jacobi", {}, "served by decode mode huginn only"),
     ("qwen3", "huginn", {}, "decode mode huginn serves RavenForCausalLM"),
 ], ids=["speculative", "full-cache", "jacobi-on-raven", "huginn-on-qwen3"])
 def test_mismatches_refused(engine_dir, cpu_engine_env, family, mode, config, message):
@@ -95,8 +96,8 @@ def test_published_config_instantiates(tmp_path):
     from sglang.srt import runtime_context
     from sglang.srt.server_args import ServerArgs
 
-    from common.checkpoint_configs import HuginnRavenConfig, register_configs
-    from sglang_plugin.models.raven import RavenForCausalLM as SGLangRaven
+    from parallel_decoding.common.checkpoint_configs import HuginnRavenConfig, register_configs
+    from parallel_decoding.sglang_plugin.models.raven import RavenForCausalLM as SGLangRaven
     from tests.support.huginn_configs import HUGINN_0125
 
     register_configs()

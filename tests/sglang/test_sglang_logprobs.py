@@ -13,7 +13,7 @@ import pytest
 import sglang
 import torch
 
-from common.checkpoint import load
+from parallel_decoding.common.checkpoint import load
 from scripts.sglang_server import CPU_KWARGS, cpu_env
 
 TOP = 3

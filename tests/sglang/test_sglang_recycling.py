@@ -11,10 +11,10 @@ import json
 import random
 from concurrent.futures import ThreadPoolExecutor
 
-from common.decoder import Limits
-from common.methods import make_decoder, parse_config
-from common.runner import ReferenceRunner
-from common.sampling import SamplingParams
+from parallel_decoding.common.decoder import Limits
+from parallel_decoding.common.methods import make_decoder, parse_config
+from parallel_decoding.common.runner import ReferenceRunner
+from parallel_decoding.common.sampling import SamplingParams
 from scripts.sglang_server import CPU_ARGS, sglang_server
 from tests.support import ties
 from tests.support.exact import MASK

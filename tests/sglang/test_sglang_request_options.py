@@ -8,7 +8,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from sglang_plugin.requests import APPLIED_BY_DECODERS, APPLIED_BY_SGLANG, NEUTRAL_SAMPLING, check_request
+from parallel_decoding.sglang_plugin.requests import (
+    APPLIED_BY_DECODERS,
+    APPLIED_BY_SGLANG,
+    NEUTRAL_SAMPLING,
+    check_request,
+)
 
 # A value that turns each refused option on.
 ON = {"min_p": 0.1, "frequency_penalty": 0.5, "presence_penalty": 0.5, "repetition_penalty": 1.2,
@@ -28,7 +33,7 @@ def test_every_sampling_field_is_applied_or_refused():
 
 @pytest.mark.parametrize("name", sorted(NEUTRAL_SAMPLING))
 def test_each_unapplied_option_is_refused_by_name(name, monkeypatch):
-    from sglang_plugin import cli
+    from parallel_decoding.sglang_plugin import cli
 
     monkeypatch.setattr(cli, "decode_settings", lambda args: ("wedlm", None))
     manager = SimpleNamespace(server_args=SimpleNamespace(_decode_settings="{}"))

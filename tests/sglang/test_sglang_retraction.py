@@ -1,5 +1,5 @@
 """Under KV-cache pressure SGLang retracts running requests and prefills them again later; with every mode the
-requests still give the tokens they give without pressure (`python -m common.generate`'s, greedy and seeded
+requests still give the tokens they give without pressure (`parallel-decoding generate`'s, greedy and seeded
 sampling for the commit modes, greedy for the lossless ones): a request keeps its decoder and generator across a
 retraction, and a commit mode's scratch KV is allocated as SGLang allocates its own (evicting cached prefixes), so
 the server never runs out of it.

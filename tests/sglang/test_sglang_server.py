@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from common.checkpoint import load
+from parallel_decoding.common.checkpoint import load
 from scripts.sglang_server import CPU_ARGS, cpu_env, launch_command, sglang_server
 from tests.support import ties
 from tests.support.reference_cli import MAX_TOKENS
@@ -80,7 +80,7 @@ def test_lossless_mode_equals_plain_server(engine_dir, prompts, plain, mode, con
 
 
 OFF_BY_ONE = """
-import common.acceptance as acceptance
+import parallel_decoding.common.acceptance as acceptance
 
 def accept_one_too_many(drafts, predicted):
     runs = []

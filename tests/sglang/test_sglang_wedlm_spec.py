@@ -8,11 +8,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import sglang
 
-from common.checkpoint import load
-from common.decoder import Limits
-from common.methods import make_decoder, parse_config
-from common.runner import ReferenceRunner
-from common.sampling import SamplingParams
+from parallel_decoding.common.checkpoint import load
+from parallel_decoding.common.decoder import Limits
+from parallel_decoding.common.methods import make_decoder, parse_config
+from parallel_decoding.common.runner import ReferenceRunner
+from parallel_decoding.common.sampling import SamplingParams
 from scripts import corpus
 from scripts.sglang_server import CPU_ARGS, CPU_KWARGS, sglang_server
 from scripts.trained_models import SHIPPED

@@ -4,7 +4,7 @@ import itertools
 
 import torch
 
-from common.sampling import SamplingParams, target_probs
+from parallel_decoding.common.sampling import SamplingParams, target_probs
 
 VOCAB, MASK, LENGTH, SAMPLES = 8, 7, 3, 3000
 PROMPT = [1, 2, 3]

@@ -6,12 +6,12 @@ by index arithmetic on the cache length. Greedy; it shares only the model, its c
 
 import torch
 
-from common.huginn import LATENT_SEED_STRIDE
-from common.models.raven import KVCache
+from parallel_decoding.common.huginn.config import LATENT_SEED_STRIDE
+from parallel_decoding.common.models.raven import KVCache
 
 
 def latent(model, seed: int, position: int, scale: float) -> torch.Tensor:
-    """A position's initial latent as every sampler draws it (`common.huginn.initial_latents`'s seeding)."""
+    """A position's initial latent as every sampler draws it (`common.huginn.forward.initial_latents`'s seeding)."""
     return model.initial_latent(torch.Generator().manual_seed(seed * LATENT_SEED_STRIDE + position), scale)
 
 
@@ -33,8 +33,8 @@ def run(model, cache: KVCache, ids: list[int], start: int, states: torch.Tensor,
 
 
 def wavefront(model, prompt: list[int], config, max_tokens: int) -> list[int]:
-    """The greedy tokens of `config` (a `common.huginn.HuginnConfig` with the `wavefront` sampler) after `prompt`,
-    with latents drawn from seed 0 as a greedy request without a seed draws them."""
+    """The greedy tokens of `config` (a `common.huginn.config.HuginnConfig` with the `wavefront` sampler) after
+    `prompt`, with latents drawn from seed 0 as a greedy request without a seed draws them."""
     seed, scale, inner = 0, config.init_scale, config.inner_recurrence
     noise = torch.Generator().manual_seed(seed)
     cache = KVCache(config.cache_lookup_strategy)

@@ -1,4 +1,4 @@
-"""The oracle the engine tests of the commit-rule methods compare against: `python -m common.generate`."""
+"""The oracle the engine tests of the commit-rule methods compare against: `parallel-decoding generate`."""
 
 import json
 import math
@@ -17,11 +17,12 @@ def settings(spec: dict) -> str:
 
 def reference(model_dir: str | Path, spec: dict, prompts: list[str], tmp_path: Path, temperature: float,
               max_tokens: int = MAX_TOKENS) -> tuple[list[list[int]], list[list[float]]]:
-    """`python -m common.generate` on the prompts (EOS from the checkpoint, `SEED` for every prompt): token ids
+    """`parallel-decoding generate` on the prompts (EOS from the checkpoint, `SEED` for every prompt): token ids
     and decision margins (for `tests.ties.compare`) per prompt."""
     prompts_file, out = tmp_path / "prompts.txt", tmp_path / f"out-{temperature}-{max_tokens}.json"
     prompts_file.write_text("\n".join(prompts) + "\n")
-    cmd = [sys.executable, "-m", "common.generate", "--model", str(model_dir), "--method", spec["method"],
+    cmd = [sys.executable, "-m", "parallel_decoding.common.generate", "--model", str(model_dir),
+           "--method", spec["method"],
            "--config", settings(spec), "--max-tokens", str(max_tokens), "--temperature", str(temperature),
            "--seed", str(SEED), "--prompts-file", str(prompts_file), "--json", str(out)]
     subprocess.run(cmd, check=True, capture_output=True)

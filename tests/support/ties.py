@@ -14,8 +14,8 @@ from pathlib import Path
 
 import torch
 
-from common import margins as slack
-from common.checkpoint import load
+from parallel_decoding.common import margins as slack
+from parallel_decoding.common.checkpoint import load
 
 TOLERANCE = 1e-4
 MAX_CUT_FRACTION = 0.1
@@ -91,10 +91,10 @@ LOSSLESS = {"ar", "jacobi", "diffusion_self", "diffusion_self_quadratic"}
 def reference_ties(model_dir, method: str, settings: dict, prompts: list[str], max_tokens: int) -> list[int | None]:
     """Per prompt, the first near-tied decision of the reference runner's greedy decoding (None: none): greedy
     AR's for the lossless methods (their output is greedy AR's), the method's own for the others."""
-    from common.decoder import Limits
-    from common.methods import make_decoder, parse_config
-    from common.runner import ReferenceRunner
-    from common.sampling import SamplingParams
+    from parallel_decoding.common.decoder import Limits
+    from parallel_decoding.common.methods import make_decoder, parse_config
+    from parallel_decoding.common.runner import ReferenceRunner
+    from parallel_decoding.common.sampling import SamplingParams
 
     if method == "huginn":
         return huginn_ties(model_dir, settings, prompts, max_tokens)
@@ -110,9 +110,10 @@ def huginn_ties(model_dir, settings: dict, prompts: list[str], max_tokens: int) 
     """`reference_ties` of a Huginn sampler on a Raven checkpoint: its argmaxes' and exit tests' slacks."""
     from transformers import AutoTokenizer
 
-    from common.decoder import Limits
-    from common.huginn import HuginnConfig, generate
-    from common.models.raven import RavenForCausalLM
+    from parallel_decoding.common.decoder import Limits
+    from parallel_decoding.common.huginn.config import HuginnConfig
+    from parallel_decoding.common.huginn.reference import generate
+    from parallel_decoding.common.models.raven import RavenForCausalLM
 
     model, tokenizer = RavenForCausalLM.from_pretrained(model_dir), AutoTokenizer.from_pretrained(model_dir)
     limits = Limits(max_tokens, eos_token_ids=(tokenizer.eos_token_id,) if tokenizer.eos_token_id is not None else ())
@@ -124,10 +125,10 @@ def untied_references(model_dir, method: str, settings: dict, prompts: list[str]
                       ) -> tuple[list[str], list, list[list[int]]]:
     """The prompts whose reference greedy decoding (the method's own, on `model_dir`) takes no near-tied decision,
     with those decoders (their acceptance counters) and tokens."""
-    from common.decoder import Limits
-    from common.methods import make_decoder, parse_config
-    from common.runner import ReferenceRunner
-    from common.sampling import SamplingParams
+    from parallel_decoding.common.decoder import Limits
+    from parallel_decoding.common.methods import make_decoder, parse_config
+    from parallel_decoding.common.runner import ReferenceRunner
+    from parallel_decoding.common.sampling import SamplingParams
 
     model, tokenizer = load(model_dir)
     config = parse_config(method, settings, mask_token_id=tokenizer.mask_token_id)

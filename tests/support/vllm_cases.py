@@ -2,12 +2,12 @@
 
 from vllm import SamplingParams, TokensPrompt
 
-from common.acceptance import AcceptanceStats
-from common.checkpoint import load
-from common.decoder import Limits
-from common.methods import make_decoder, parse_config
-from common.runner import ReferenceRunner
-from common.sampling import SamplingParams as ReferenceSampling
+from parallel_decoding.common.acceptance import AcceptanceStats
+from parallel_decoding.common.checkpoint import load
+from parallel_decoding.common.decoder import Limits
+from parallel_decoding.common.methods import make_decoder, parse_config
+from parallel_decoding.common.runner import ReferenceRunner
+from parallel_decoding.common.sampling import SamplingParams as ReferenceSampling
 from tests.support import ties
 from tests.support.exact import LENGTH, PROMPT
 

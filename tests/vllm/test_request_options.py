@@ -5,7 +5,7 @@ new vLLM adds fails here until it is sorted; and each refused one is refused wit
 import numpy as np
 import pytest
 
-from vllm_plugin.requests import APPLIED_BY_DECODERS, APPLIED_BY_VLLM, NEUTRAL, REPORTED, check
+from parallel_decoding.vllm_plugin.requests import APPLIED_BY_DECODERS, APPLIED_BY_VLLM, NEUTRAL, REPORTED, check
 
 pytest.importorskip("vllm")
 

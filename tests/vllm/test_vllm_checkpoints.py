@@ -9,12 +9,12 @@ from tests.support.vllm_engine import engine  # isort: split
 
 from vllm import SamplingParams
 
-from common.checkpoint import load, resolve_mask_token_id
-from common.decoder import Limits
-from common.draft_layout import resolve_dlm_type
-from common.methods import make_decoder, parse_config
-from common.runner import ReferenceRunner
-from common.sampling import SamplingParams as ReferenceSampling
+from parallel_decoding.common.checkpoint import load, resolve_mask_token_id
+from parallel_decoding.common.decoder import Limits
+from parallel_decoding.common.draft_layout import resolve_dlm_type
+from parallel_decoding.common.methods import make_decoder, parse_config
+from parallel_decoding.common.runner import ReferenceRunner
+from parallel_decoding.common.sampling import SamplingParams as ReferenceSampling
 from scripts.make_tiny_models import as_wedlm
 from tests.support import ties
 from tests.support.vllm_cases import MAX_TOKENS

@@ -1,4 +1,4 @@
-"""vLLM with `wedlm` and `diffusion` returns exactly the tokens of `python -m common.generate` with the same
+"""vLLM with `wedlm` and `diffusion` returns exactly the tokens of `parallel-decoding generate` with the same
 method, config and seed, under greedy decoding and under sampling, with EOS, stop tokens and max_tokens inside a
 window, and reports WeDLM's p_cache and tokens per forward through its spec-decode counters."""
 
@@ -11,16 +11,16 @@ from tests.support.vllm_engine import engine  # isort: split
 
 from vllm import SamplingParams, TokensPrompt
 
-from common.checkpoint import load
-from common.decoder import Limits
-from common.methods import make_decoder, parse_config
-from common.runner import ReferenceRunner
-from common.sampling import SamplingParams as ReferenceSampling
+from parallel_decoding.common.checkpoint import load
+from parallel_decoding.common.decoder import Limits
+from parallel_decoding.common.methods import make_decoder, parse_config
+from parallel_decoding.common.runner import ReferenceRunner
+from parallel_decoding.common.sampling import SamplingParams as ReferenceSampling
+from parallel_decoding.vllm_plugin.commit import CommitProposer
+from parallel_decoding.vllm_plugin.metrics import acceptance
 from tests.support import ties
 from tests.support.reference_cli import MAX_TOKENS, SEED, reference, settings
 from tests.support.vllm_cases import STOP_AT
-from vllm_plugin.commit import CommitProposer
-from vllm_plugin.metrics import acceptance
 
 SPECS = [
     {"method": "wedlm", "window": 4, "entropy_threshold": 0.4, "distance_penalty": 0.02},

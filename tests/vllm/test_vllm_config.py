@@ -16,9 +16,9 @@ from tests.support.vllm_engine import engine  # isort: split
 import vllm.envs
 from vllm import SamplingParams
 
-from common.errors import ConfigError
-from vllm_plugin import config as plugin_config
-from vllm_plugin.config import check_vllm_version, translate, v2_runner_selected
+from parallel_decoding.common.errors import ConfigError
+from parallel_decoding.vllm_plugin import config as plugin_config
+from parallel_decoding.vllm_plugin.config import check_vllm_version, translate, v2_runner_selected
 
 BAD = [
     ({"method": "diffusion_self", "num_speculative_tokens": 0}, "num_speculative_tokens"),
@@ -195,3 +195,10 @@ def test_processed_logprobs_mode_refused_for_committing_methods(v2_env, method):
     args.speculative_config = method
     with pytest.raises(ConfigError, match=r"reports logprobs_mode raw_logprobs or raw_logits.*'processed_logprobs'"):
         translate(args, None)
+
+
+def test_every_method_common_serves_on_vllm_has_a_proposer():
+    """The adapter's glue covers exactly the methods `common.methods` says vLLM serves."""
+    from parallel_decoding.common.methods import served_by
+
+    assert set(plugin_config.METHODS) == set(served_by("vllm"))

@@ -10,11 +10,11 @@ from tests.support.vllm_engine import engine  # isort: split
 
 from vllm import SamplingParams
 
-from common.checkpoint import load
-from common.errors import ConfigError
+from parallel_decoding.common.checkpoint import load
+from parallel_decoding.common.errors import ConfigError
+from parallel_decoding.vllm_plugin.metrics import acceptance
 from tests.support import ties
 from tests.support.adapters import write_adapter
-from vllm_plugin.metrics import acceptance
 
 MAX_TOKENS = 24
 

@@ -13,11 +13,14 @@ from tests.support.vllm_engine import engine  # isort: split
 from transformers import AutoTokenizer
 from vllm import SamplingParams, TokensPrompt
 
-from common.decoder import Limits
-from common.errors import ConfigError
-from common.huginn import HuginnConfig, HuginnDecoder, RecurrentForward, generate, run_forward
-from common.models.raven import KVCache, RavenForCausalLM
-from common.sampling import SamplingParams as ReferenceSampling
+from parallel_decoding.common.decoder import Limits
+from parallel_decoding.common.errors import ConfigError
+from parallel_decoding.common.huginn.config import HuginnConfig
+from parallel_decoding.common.huginn.decoder import HuginnDecoder
+from parallel_decoding.common.huginn.forward import RecurrentForward, run_forward
+from parallel_decoding.common.huginn.reference import generate
+from parallel_decoding.common.models.raven import KVCache, RavenForCausalLM
+from parallel_decoding.common.sampling import SamplingParams as ReferenceSampling
 from tests.support.vllm_cases import announce
 
 MAX_TOKENS = 24
@@ -141,8 +144,8 @@ def test_published_config_instantiates(tmp_path):
     from vllm.config import set_current_vllm_config
     from vllm.engine.arg_utils import EngineArgs
 
+    from parallel_decoding.vllm_plugin.raven import RavenForCausalLM as VllmRaven
     from tests.support.huginn_configs import HUGINN_0125
-    from vllm_plugin.raven import RavenForCausalLM as VllmRaven
 
     (tmp_path / "config.json").write_text(json.dumps(HUGINN_0125))
     config = EngineArgs(model=str(tmp_path), skip_tokenizer_init=True, dtype="bfloat16").create_engine_config()

@@ -13,7 +13,7 @@ from tests.support.vllm_engine import engine  # isort: split
 
 from vllm import SamplingParams
 
-from common.checkpoint import load
+from parallel_decoding.common.checkpoint import load
 
 TOP = 3
 MAX_TOKENS = 24

@@ -7,9 +7,9 @@ from tests.support.vllm_engine import engine  # isort: split
 
 from vllm import SamplingParams
 
+from parallel_decoding.vllm_plugin.metrics import acceptance
 from tests.support import ties
 from tests.support.vllm_cases import MAX_TOKENS, STOP_AT, reference_stats, untied
-from vllm_plugin.metrics import acceptance
 
 # A fixed cost model under which the width planner's choices follow each request's acceptance: widths vary per
 # request and per step, and every run drafts (the measured costs of these tiny models on a CPU say plain AR).

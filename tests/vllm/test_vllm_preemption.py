@@ -11,11 +11,11 @@ from tests.support.vllm_engine import engine  # isort: split
 
 from vllm import SamplingParams
 
-from common.checkpoint import load
-from common.decoder import Limits
-from common.methods import make_decoder, parse_config
-from common.runner import ReferenceRunner
-from common.sampling import SamplingParams as ReferenceSampling
+from parallel_decoding.common.checkpoint import load
+from parallel_decoding.common.decoder import Limits
+from parallel_decoding.common.methods import make_decoder, parse_config
+from parallel_decoding.common.runner import ReferenceRunner
+from parallel_decoding.common.sampling import SamplingParams as ReferenceSampling
 from tests.support import ties
 
 MAX_TOKENS = 96

@@ -1,5 +1,5 @@
 """vLLM with `diffusion_self` in mode `quadratic`: one forward per step (the chain verified causally, the groups'
-structured mask applied inside the same forward) returns exactly the tokens of `python -m common.generate`,
+structured mask applied inside the same forward) returns exactly the tokens of `parallel-decoding generate`,
 greedy and sampled, batched; on the shipped trained NLD checkpoint it is greedy AR, accepts the drafts the
 reference accepts, and runs one forward per step; sampling settings its decoder does not apply are refused."""
 
@@ -10,12 +10,12 @@ from tests.support.vllm_engine import engine  # isort: split
 from vllm import SamplingParams
 from vllm.exceptions import VLLMValidationError
 
-from common.checkpoint import load
+from parallel_decoding.common.checkpoint import load
+from parallel_decoding.vllm_plugin.metrics import acceptance
 from scripts import corpus
 from scripts.trained_models import SHIPPED
 from tests.support import ties
 from tests.support.reference_cli import SEED, reference
-from vllm_plugin.metrics import acceptance
 
 SPEC = {"method": "diffusion_self", "mode": "quadratic", "num_speculative_tokens": 3}
 MAX_TOKENS = 40

@@ -9,13 +9,13 @@ from tests.support.vllm_engine import engine  # isort: split
 
 from vllm import SamplingParams, TokensPrompt
 
-from common.acceptance import AcceptanceStats
-from common.decoder import Limits
-from common.methods import make_decoder, parse_config
-from common.runner import ReferenceRunner
-from common.sampling import SamplingParams as ReferenceSampling
+from parallel_decoding.common.acceptance import AcceptanceStats
+from parallel_decoding.common.decoder import Limits
+from parallel_decoding.common.methods import make_decoder, parse_config
+from parallel_decoding.common.runner import ReferenceRunner
+from parallel_decoding.common.sampling import SamplingParams as ReferenceSampling
+from parallel_decoding.vllm_plugin.metrics import acceptance
 from tests.support.vllm_cases import summed
-from vllm_plugin.metrics import acceptance
 
 MAX_TOKENS = 64
 SETTINGS = {"block_size": 16, "spawn_ratio": 0.85, "pool_size": 4, "recycling": "linear"}

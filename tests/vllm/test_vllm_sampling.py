@@ -8,10 +8,10 @@ from tests.support.vllm_engine import engine  # isort: split
 
 from vllm.v1.sample.rejection_sampler import RejectionSampler
 
-from common.sampling import SamplingParams as ReferenceSampling
+from parallel_decoding.common.sampling import SamplingParams as ReferenceSampling
+from parallel_decoding.vllm_plugin import cpu_kernels
 from tests.support.exact import MASK, P_VALUE_FLOOR, PARAMS, SAMPLES, VOCAB, chi_square_p_value, exact_joint
 from tests.support.vllm_cases import sampled
-from vllm_plugin import cpu_kernels
 
 CASES = [
     {"method": "jacobi", "block_size": 3},

@@ -9,8 +9,8 @@ from tests.support.vllm_engine import engine  # isort: split
 
 from vllm import SamplingParams
 
+from parallel_decoding.vllm_plugin.metrics import acceptance
 from tests.support import ties
-from vllm_plugin.metrics import acceptance
 
 MAX_TOKENS = 32
 METHODS = {

@@ -6,7 +6,7 @@ from tests.support.vllm_engine import engine  # isort: split
 
 from vllm import SamplingParams
 
-from common.checkpoint import load
+from parallel_decoding.common.checkpoint import load
 from scripts import corpus
 from scripts.trained_models import SHIPPED
 from tests.support import ties

@@ -5,13 +5,13 @@ from tests.support.vllm_engine import engine  # isort: split
 
 from vllm import SamplingParams
 
-from common.checkpoint import load
+from parallel_decoding.common.checkpoint import load
+from parallel_decoding.vllm_plugin.metrics import acceptance
 from scripts import corpus
 from scripts.trained_models import SHIPPED
 from tests.support import ties
 from tests.support.exact import P_VALUE_FLOOR, PARAMS, SAMPLES, SPEC_LENGTH, chi_square_p_value, exact_joint
 from tests.support.vllm_cases import sampled
-from vllm_plugin.metrics import acceptance
 
 MAX_TOKENS = 48
 SPEC = {"method": "wedlm_spec", "window": 8}

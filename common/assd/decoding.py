@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 import torch
 
-from common.errors import ConfigError, require
-from common.sampling import SamplingParams, target_probs, without_token
+from parallel_decoding.common.errors import ConfigError, require
+from parallel_decoding.common.sampling import SamplingParams, target_probs, without_token
 
 DRAFTERS = ("self", "ngram", "none")
 ORDERS = ("left_to_right", "random")

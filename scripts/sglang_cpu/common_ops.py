@@ -4,6 +4,6 @@
 torch, the few `sgl_kernel` ops SGLang calls on CPU. Where the real library loads, this module is never imported.
 """
 
-from sglang_plugin.cpu_ops import register_missing_ops
+from parallel_decoding.sglang_plugin.cpu_ops import register_missing_ops
 
 register_missing_ops()

@@ -1,7 +1,7 @@
 """An OpenAI-compatible server for ASSD on an any-subset AR (XLNet) checkpoint: `/v1/completions` continues a
 prompt (and fills up to a `suffix`, as OpenAI's insert mode does) and `/v1/infill` fills the holes of a text.
 
-    python -m common.assd_server --model DIR [--config '{"k": 5, "drafter": "self"}'] [--port 8000]
+    parallel-decoding assd-server --model DIR [--config '{"k": 5, "drafter": "self"}'] [--port 8000]
 
 Neither vLLM nor SGLang can run XLNet's two-stream attention (relative positions, a content and a query stream,
 every pass over the whole sequence under a permutation mask), so ASSD is served here, standalone, with the same
@@ -22,10 +22,10 @@ from typing import Any
 
 import torch
 
-from common.assd import AssdConfig, AssdResult, infill, with_holes
-from common.errors import ConfigError
-from common.methods import build_config
-from common.sampling import SamplingParams
+from parallel_decoding.common.assd.decoding import AssdConfig, AssdResult, infill, with_holes
+from parallel_decoding.common.errors import ConfigError
+from parallel_decoding.common.methods import build_config
+from parallel_decoding.common.sampling import SamplingParams
 
 APPLIED = {"model", "prompt", "max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "stream", "suffix",
            "user"}
@@ -320,7 +320,7 @@ def deltas(service: AssdService, request: Request) -> Iterator[tuple[str, str | 
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m common.assd_server", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="parallel-decoding assd-server", description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True, help="an XLNet-style any-subset AR checkpoint directory")
     parser.add_argument("--config", default=None, help='ASSD settings as JSON, e.g. {"k": 5, "drafter": "self"}')
     parser.add_argument("--host", default="127.0.0.1")
