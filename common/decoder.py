@@ -11,6 +11,7 @@ import torch
 from parallel_decoding.common import margins
 from parallel_decoding.common.acceptance import AcceptanceStats
 from parallel_decoding.common.errors import require
+from parallel_decoding.common.penalties import adjusted
 from parallel_decoding.common.row_stats import RowReading, RowStats
 from parallel_decoding.common.sampling import SamplingParams, choose
 from parallel_decoding.common.window import Forward, Outcome, causal_forward
@@ -108,7 +109,11 @@ class Decoder(margins.DecisionMargins, ABC):
 
     def apply(self, logits: torch.Tensor | RowStats) -> Outcome:
         """Digest the logits of the planned forward's `logit_rows` (in that order), or the `RowStats` of them
-        where `reading` says the update reads those."""
+        where `reading` says the update reads those; logits get the request's penalties and biases first."""
+        if self.sampling.adjusts_logits:
+            assert not isinstance(logits, RowStats), "adjusted requests are digested from their logits"
+            logits = adjusted(logits, self.sampling, self.prompt, self.output, self._pending,
+                              getattr(getattr(self, "config", None), "mask_token_id", None))
         reading = self.reading
         if reading is not None and not isinstance(logits, RowStats):
             logits = RowStats.of(logits, reading.excluded, keep_logits=not self.sampling.greedy,

@@ -9,21 +9,34 @@ from parallel_decoding.common.errors import require
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """Temperature 0 means greedy; top_k 0 means no top-k cut."""
+    """Temperature 0 means greedy; top_k 0 means no top-k cut. The penalties, `logit_bias` ((token, bias) pairs)
+    and `allowed_token_ids` (empty: all) adjust each row's logits before either (`common.penalties`)."""
 
     temperature: float = 0.0
     top_p: float = 1.0
     top_k: int = 0
     seed: int | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    allowed_token_ids: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         require(self.temperature >= 0, "temperature", ">= 0", self.temperature)
         require(0 < self.top_p <= 1, "top_p", "in (0, 1]", self.top_p)
         require(self.top_k >= 0, "top_k", ">= 0", self.top_k)
+        require(self.repetition_penalty > 0, "repetition_penalty", "> 0", self.repetition_penalty)
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0
+
+    @property
+    def adjusts_logits(self) -> bool:
+        """Whether a penalty, bias or allowed-token list changes the logits."""
+        return bool(self.presence_penalty or self.frequency_penalty or self.repetition_penalty != 1
+                    or self.logit_bias or self.allowed_token_ids)
 
     def generator(self) -> torch.Generator:
         """A CPU generator seeded from `seed` (fresh entropy when None)."""

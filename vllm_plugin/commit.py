@@ -47,7 +47,7 @@ class CommitProposer(PluginProposer):
     def start(self, runner: Any, req_id: str) -> CommitRequest:
         """A decoder for a request whose prompt has just been prefilled, seeded as `common.generate` seeds."""
         request = runner.requests[req_id]
-        sampling = request_sampling(request.sampling_params)
+        sampling = request_sampling(request.sampling_params, adjustments=True)
         limits = Limits(max_tokens=request.sampling_params.max_tokens, context=self.max_model_len - self.context_margin)
         decoder = make_decoder(self.method, self.config, list(request.prompt_token_ids), sampling, limits)
         self.requests[req_id] = state = CommitRequest(decoder, decoder.next_forward())

@@ -1,7 +1,10 @@
 """Per-request settings `wedlm`, `diffusion`, `huginn` and quadratic `diffusion_self` do not apply (their decoders
 replace vLLM's sampler and its logits processors), refused by name before a request is queued: the offline API
-raises, the OpenAI server answers 400. `logprobs` they report (`vllm_plugin.logprobs`; `huginn`'s are those of the
-distribution each token was chosen from), and `prompt_logprobs` from their causal prefill (all but `wedlm`).
+raises, the OpenAI server answers 400. Their decoders apply the penalties and `allowed_token_ids`
+(`common.penalties`, each slot with the tokens before it as its history), except Huginn's; `logit_bias`, which they
+could apply too, vLLM refuses with any speculative method. `logprobs` they report
+(`vllm_plugin.logprobs`; `huginn`'s are those of the distribution each token was chosen from), and
+`prompt_logprobs` from their causal prefill (all but `wedlm`).
 
 The lossless methods are verified by vLLM's own rejection sampler, which applies them to the target. Every field of
 `vllm.SamplingParams` is in one of three sets below (applied by the decoders, applied by vLLM, refused)."""
@@ -9,9 +12,10 @@ The lossless methods are verified by vLLM's own rejection sampler, which applies
 import functools
 from typing import Any
 
+from parallel_decoding.common.methods import method_spec
 from parallel_decoding.vllm_plugin.config import ADDITIONAL_CONFIG_KEY
 
-# vLLM sampling parameters the committing methods do not apply, with the value that leaves them off.
+# vLLM sampling parameters the committing methods do not all apply, with the value that leaves them off.
 NEUTRAL = {"presence_penalty": 0.0, "frequency_penalty": 0.0, "repetition_penalty": 1.0, "min_p": 0.0,
            "min_tokens": 0, "logprobs": None, "prompt_logprobs": None, "logprob_token_ids": None,
            "prompt_logprob_token_ids": None, "prompt_logprob_start": None, "structured_outputs": None,
@@ -19,6 +23,8 @@ NEUTRAL = {"presence_penalty": 0.0, "frequency_penalty": 0.0, "repetition_penalt
            "trace_decode_token_ids": None}
 # What they report all the same.
 REPORTED = {"logprobs", "prompt_logprobs"}
+# What the step methods' decoders apply (`common.penalties`); Huginn's sampler does not.
+ADJUSTMENTS = {"presence_penalty", "frequency_penalty", "repetition_penalty", "allowed_token_ids"}
 # What their decoders apply (`vllm_plugin.proposer.request_sampling`), and what vLLM applies outside its sampler
 # (fan-out, stop checks, detokenizing, streaming, output formats, its own bookkeeping): every other field of
 # `vllm.SamplingParams` is in NEUTRAL (`tests/vllm/test_request_options.py` holds the three sets to vLLM's fields).
@@ -38,8 +44,11 @@ def check(method: str, params: Any, committing: bool) -> None:
 
     if not committing:
         return
+    adjusts = method_spec(method).kind == "step"
     for name, neutral in NEUTRAL.items():
         if name in REPORTED and not (name == "prompt_logprobs" and method == "wedlm"):
+            continue
+        if name in ADJUSTMENTS and adjusts:
             continue
         value = getattr(params, name, neutral)
         if neutral is None:  # set when present and not empty (a dict, a list or an array of token ids)

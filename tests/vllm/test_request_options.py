@@ -5,7 +5,14 @@ new vLLM adds fails here until it is sorted; and each refused one is refused wit
 import numpy as np
 import pytest
 
-from parallel_decoding.vllm_plugin.requests import APPLIED_BY_DECODERS, APPLIED_BY_VLLM, NEUTRAL, REPORTED, check
+from parallel_decoding.vllm_plugin.requests import (
+    ADJUSTMENTS,
+    APPLIED_BY_DECODERS,
+    APPLIED_BY_VLLM,
+    NEUTRAL,
+    REPORTED,
+    check,
+)
 
 pytest.importorskip("vllm")
 
@@ -37,5 +44,10 @@ def test_each_unapplied_option_is_refused_by_name(name):
     params = SamplingParams(max_tokens=4)
     setattr(params, name, value)
     with pytest.raises(VLLMValidationError, match=name):
+        check("huginn", params, committing=True)
+    if name in ADJUSTMENTS:  # the step methods' decoders apply these (common.penalties)
         check("wedlm", params, committing=True)
+    else:
+        with pytest.raises(VLLMValidationError, match=name):
+            check("wedlm", params, committing=True)
     check("jacobi", params, committing=False)  # the lossless methods leave them to vLLM's rejection sampler

@@ -128,3 +128,41 @@ def test_committed_kv_equals_fresh_prefill(engine_dir, prompts, monkeypatch, spe
         with torch.inference_mode():
             fresh = model(input_ids=torch.tensor([sequence])).logits[0, -1]
         torch.testing.assert_close(prefill_logits[tuple(sequence)], fresh, atol=2e-3, rtol=2e-3)
+
+
+# Penalties and an allowed-token list, as vLLM takes them and as `common/` does (`common.penalties`).
+ADJUSTED = {"presence_penalty": 0.5, "frequency_penalty": 0.4, "repetition_penalty": 1.5}
+
+
+def adjusted_reference(model_dir, method: str, spec: dict, prompts: list[str], allowed: list[int]):
+    """The reference runner's greedy outputs and margins under `ADJUSTED` and `allowed`."""
+    model, tokenizer = load(model_dir)
+    config = parse_config(method, json.loads(settings(spec)) if method != "ar" else {},
+                          mask_token_id=model.config.mask_token_id)
+    sampling = ReferenceSampling(**ADJUSTED, allowed_token_ids=tuple(allowed))
+    runs = [ReferenceRunner(model).run(make_decoder(method, config, tokenizer.encode(p), sampling, Limits(MAX_TOKENS)))
+            for p in prompts]
+    return [r.token_ids for r in runs], [r.margins for r in runs]
+
+
+def generated(model_dir, speculative: dict | None, prompts: list[str], params: list) -> list[list[int]]:
+    """Token ids from an engine that is gone when this returns (the next one needs its process groups)."""
+    with engine(model_dir, speculative) as llm:
+        return [list(o.outputs[0].token_ids) for o in llm.generate(prompts, params)]
+
+
+def test_penalties_equal_the_reference(engine_dir, prompts):
+    """`wedlm` applies the penalties and allowed tokens in its decoder, each slot with the tokens before it as its
+    history: vLLM's output equals the reference runner's under the same settings, in a batch with plain requests,
+    and differs from the plain output; plain AR in vLLM under them equals the reference's AR (the same formulas as
+    vLLM's sampler)."""
+    spec = SPECS[0]
+    allowed = list(range(3, 400))
+    batch = prompts[:8]
+    adjusted = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, allowed_token_ids=allowed, **ADJUSTED)
+    plain = SamplingParams(temperature=0, max_tokens=MAX_TOKENS)
+    for method, speculative in (("wedlm", spec), ("ar", None)):
+        want, margins = adjusted_reference(engine_dir["qwen3"], method, spec, batch, allowed)
+        got = generated(engine_dir["qwen3"], speculative, batch + batch, [adjusted] * len(batch) + [plain] * len(batch))
+        ties.compare(got[: len(batch)], want, margins)
+        assert got[: len(batch)] != got[len(batch):]

@@ -1,0 +1,51 @@
+"""Penalties, logit bias and allowed tokens on the logit rows of one forward, each row with its own history: the
+request's prompt and committed output, plus the tokens of the forward that the row attends to at logical positions
+up to its own and past what is committed (a WeDLM window's fills, a diffusion block's revealed tokens, the chain a
+verify row follows), masks excluded. So a slot decided in a window sees penalties from the tokens before it, as AR's
+next token does, and a lossless method's verify row gets exactly AR's adjusted distribution.
+
+vLLM's definitions and order: tokens outside `allowed_token_ids` never chosen, `logit_bias` added, then the
+repetition penalty (every token seen, prompt included: positive logits divided, negative ones multiplied), then the
+frequency and presence penalties (generated tokens only) subtracted."""
+
+import torch
+
+from parallel_decoding.common.sampling import SamplingParams
+from parallel_decoding.common.window import Forward
+
+
+def fills(forward: Forward, committed: int, mask_token_id: int | None) -> torch.Tensor:
+    """Bool [rows, n]: which of the forward's tokens are in each logit row's history beyond the committed ones."""
+    rows = forward.logit_rows
+    positions = forward.positions
+    counted = forward.visibility()[rows] & (positions[None, :] <= positions[rows][:, None])
+    counted &= (positions >= committed)[None, :]
+    if mask_token_id is not None:
+        counted &= (forward.token_ids != mask_token_id)[None, :]
+    return counted
+
+
+def adjusted(logits: torch.Tensor, params: SamplingParams, prompt: list[int], output: list[int], forward: Forward,
+             mask_token_id: int | None = None) -> torch.Tensor:
+    """`logits` ([rows, V], the forward's `logit_rows` in order) with the request's adjustments, as float32."""
+    logits = logits.float().clone()
+    vocab = logits.shape[-1]
+    if params.allowed_token_ids:
+        allowed = torch.zeros(vocab, dtype=torch.bool)
+        allowed[list(params.allowed_token_ids)] = True
+        logits[:, ~allowed.to(logits.device)] = float("-inf")
+    if params.logit_bias:
+        tokens, biases = zip(*params.logit_bias, strict=True)
+        logits[:, list(tokens)] += torch.tensor(biases, device=logits.device)
+    if not (params.repetition_penalty != 1 or params.frequency_penalty or params.presence_penalty):
+        return logits
+    counted = fills(forward, len(prompt) + len(output), mask_token_id).float()
+    generated = counted @ torch.nn.functional.one_hot(forward.token_ids, vocab).float()
+    generated += torch.bincount(torch.tensor(output, dtype=torch.long), minlength=vocab)[None, :vocab]
+    generated = generated.to(logits.device)
+    if params.repetition_penalty != 1:
+        seen = (generated > 0) | (torch.bincount(torch.tensor(prompt, dtype=torch.long), minlength=vocab)[:vocab]
+                                  > 0).to(logits.device)[None, :]
+        penalised = torch.where(logits > 0, logits / params.repetition_penalty, logits * params.repetition_penalty)
+        logits = torch.where(seen, penalised, logits)
+    return logits - params.frequency_penalty * generated - params.presence_penalty * (generated > 0).float()
