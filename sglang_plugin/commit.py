@@ -161,7 +161,7 @@ class CommitWorker(PluginWorker):
             if length == len(prompt) and state is None:
                 limits = Limits(max_tokens=req.sampling_params.max_new_tokens - len(req.output_ids),
                                 context=self.model_runner.model_config.context_len)
-                decoder = make_decoder(self.mode, self.config, prompt, sampling_of(req), limits)
+                decoder = make_decoder(self.mode, self.config, prompt, sampling_of(req, adjustments=True), limits)
                 forward = decoder.next_forward()
                 decoder.apply(logits[row][None][forward.logit_rows - (len(prompt) - 1)].float().cpu())
                 state = PooledDecoder(decoder, len(prompt), len(req.output_ids), asked=asked(req), logged=len(prompt))

@@ -1,6 +1,7 @@
 """Per-request settings our modes do not apply, refused before a request is queued (SGLang answers 400 with the
 message) instead of being ignored or failing inside the scheduler. `return_logprob` every mode reports
-(`sglang_plugin.logprobs`)."""
+(`sglang_plugin.logprobs`). The modes whose decoder commits (`sglang_plugin.commit`) apply the penalties and
+`logit_bias` (`common.penalties`: vLLM's formulas, each slot with the tokens before it as its history)."""
 
 from typing import Any
 
@@ -13,6 +14,8 @@ NEUTRAL_SAMPLING = {"min_p": 0.0, "frequency_penalty": 0.0, "presence_penalty": 
 # `ebnf_full_assistant` an EBNF grammar, both refused): every field of SGLang's `SamplingParams` is in one of the
 # three sets (`tests/sglang/test_sglang_request_options.py`).
 APPLIED_BY_DECODERS = {"temperature", "top_p", "top_k", "sampling_seed"}
+# What the committing modes' decoders also apply (`sampling_of(req, adjustments=True)`); the others refuse them.
+ADJUSTMENTS = {"frequency_penalty", "presence_penalty", "repetition_penalty", "logit_bias"}
 APPLIED_BY_SGLANG = {"max_new_tokens", "stop", "stop_token_ids", "stop_regex", "n", "ignore_eos", "skip_special_tokens",
                      "spaces_between_special_tokens", "no_stop_trim", "stream_interval", "custom_params",
                      "ebnf_full_assistant", "stop_strs", "stop_regex_strs", "stop_str_max_len", "stop_regex_max_len",
@@ -24,15 +27,18 @@ def check_request(manager: Any, obj: Any, *_: Any, **__: Any) -> None:
     settings = getattr(manager.server_args, "_decode_settings", None)
     if settings is None or not hasattr(obj, "return_logprob"):
         return
-    from parallel_decoding.sglang_plugin.cli import decode_settings
+    from parallel_decoding.sglang_plugin.cli import commits, decode_settings
 
-    mode = decode_settings(manager.server_args)[0]
+    mode, config = decode_settings(manager.server_args)
+    adjusts = commits(mode, config)
     if getattr(obj, "token_ids_logprob", None):
         raise ValueError(f"token_ids_logprob is not supported with --decode-mode {mode}")
     if obj.custom_logit_processor:
         raise ValueError(f"custom_logit_processor is not supported with --decode-mode {mode}")
     params = obj.sampling_params or {}
     for name, neutral in NEUTRAL_SAMPLING.items():
+        if name in ADJUSTMENTS and adjusts:
+            continue
         value = params.get(name)
         if value is not None and value != neutral and value != {}:
             raise ValueError(f"sampling_params.{name} is not applied with --decode-mode {mode}: leave it unset or "

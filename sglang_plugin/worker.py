@@ -8,6 +8,7 @@ Two kinds of modes subclass it: verifying ones (`sglang_plugin.verify`) and ones
 
 import copy
 import weakref
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -21,15 +22,23 @@ from parallel_decoding.sglang_plugin.cli import decode_settings
 from parallel_decoding.sglang_plugin.logprobs import Entry, decode_output, fill_prefill
 
 
-def sampling_of(req: Any) -> SamplingParams:
-    """SGLang's per-request sampling settings in `common/`'s terms (SGLang stores greedy as top_k 1)."""
+def sampling_of(req: Any, adjustments: bool = False) -> SamplingParams:
+    """SGLang's per-request sampling settings in `common/`'s terms (SGLang stores greedy as top_k 1);
+    `adjustments`: with its penalties and logit bias, for a mode whose decoder commits (`common.penalties`)."""
     params = req.sampling_params
     top_k = params.top_k if 0 < params.top_k < (1 << 30) else 0
     seed = getattr(params, "sampling_seed", None)
     if top_k == 1 or params.temperature == 0:
-        return SamplingParams(seed=seed)
-    return SamplingParams(temperature=float(params.temperature), top_p=float(params.top_p), top_k=int(top_k),
-                          seed=seed)
+        sampling = SamplingParams(seed=seed)
+    else:
+        sampling = SamplingParams(temperature=float(params.temperature), top_p=float(params.top_p), top_k=int(top_k),
+                                  seed=seed)
+    if not adjustments:
+        return sampling
+    return replace(sampling, presence_penalty=float(params.presence_penalty),
+                   frequency_penalty=float(params.frequency_penalty),
+                   repetition_penalty=float(params.repetition_penalty),
+                   logit_bias=tuple(sorted((int(t), float(b)) for t, b in (params.logit_bias or {}).items())))
 
 
 def window_mask(starts: torch.Tensor, visible: torch.Tensor, cached: int) -> torch.Tensor:

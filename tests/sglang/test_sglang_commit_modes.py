@@ -2,8 +2,9 @@
 `parallel-decoding generate` with the same method, config and seed, greedy and sampled, for 32 prompts in flight;
 stop tokens and max_tokens end a request inside a window as the reference decoder ends it; the KV the modes commit,
 reused through SGLang's radix cache, continues as a fresh prefill would; the OpenAI endpoints
-(completions with stop strings, streaming, chat) give the text `/generate` gives, and logprobs; settings the modes do
-not apply (penalties) are refused per request with a 400.
+(completions with stop strings, streaming, chat) give the text `/generate` gives, and logprobs; the penalties and
+`logit_bias` give the reference runner's tokens under them; settings the modes do not apply (min_p, structured
+output) are refused per request with a 400.
 
 Runs in the SGLang environment (see `tests/sglang/test_sglang_server.py`)."""
 
@@ -95,9 +96,19 @@ def test_equals_reference(engine_dir, prompts, tmp_path, spec):
 
 
 # sampling parameters the commit modes' decoders would not apply, each refused with a 400 naming it
-UNAPPLIED = [("min_p", 0.1), ("frequency_penalty", 0.5), ("presence_penalty", 0.5), ("repetition_penalty", 1.3),
-             ("min_new_tokens", 3), ("json_schema", '{"type": "object"}'), ("regex", "[a-z]+"),
-             ("logit_bias", {"5": 1.0})]
+UNAPPLIED = [("min_p", 0.1), ("min_new_tokens", 3), ("json_schema", '{"type": "object"}'), ("regex", "[a-z]+")]
+# the penalties and a bias, which they apply (`common.penalties`), as SGLang takes them and as `common/` does
+ADJUSTED = {"presence_penalty": 0.5, "frequency_penalty": 0.4, "repetition_penalty": 1.5, "logit_bias": {"5": 2.0}}
+REFERENCE_ADJUSTED = SamplingParams(presence_penalty=0.5, frequency_penalty=0.4, repetition_penalty=1.5,
+                                    logit_bias=((5, 2.0),))
+
+
+def adjusted_reference(model_dir, spec: dict, prompts: list[str]) -> tuple[list[list[int]], list[list[float]]]:
+    model, tokenizer = load(model_dir)
+    config = parse_config(spec["method"], json.loads(settings(spec)), mask_token_id=model.config.mask_token_id)
+    runs = [ReferenceRunner(model).run(make_decoder(spec["method"], config, tokenizer.encode(p), REFERENCE_ADJUSTED,
+                                                    Limits(MAX_TOKENS))) for p in prompts]
+    return [r.token_ids for r in runs], [r.margins for r in runs]
 
 
 @pytest.mark.parametrize("spec", [SPECS[0], SPECS[2]], ids=["wedlm", "diffusion"])
@@ -125,6 +136,10 @@ def test_openai_endpoints_give_the_generate_text(engine_dir, prompts, spec):
                 generate(client, prompts[0], temperature=0.7, **{name: value})
             assert name in refused.value.read().decode()
         again = generate(client, prompts[0])["text"]
+        adjusted = [out["output_ids"] for out in pool.map(lambda p: generate(client, p, **ADJUSTED), prompts[:8])]
+        plain = [out["output_ids"] for out in pool.map(lambda p: generate(client, p), prompts[:8])]
+    ties.compare(adjusted, *adjusted_reference(model, spec, prompts[:8]))  # the penalties and bias applied
+    assert adjusted != plain
     assert [(c.text, c.finish_reason) for c in stopped] == [(t[: t.index(s)], "stop") for t, s in zip(full, stops,
                                                                                                       strict=True)]
     assert streamed == full

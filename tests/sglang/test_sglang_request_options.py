@@ -8,7 +8,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from parallel_decoding.common.jacobi import JacobiConfig
 from parallel_decoding.sglang_plugin.requests import (
+    ADJUSTMENTS,
     APPLIED_BY_DECODERS,
     APPLIED_BY_SGLANG,
     NEUTRAL_SAMPLING,
@@ -35,9 +37,15 @@ def test_every_sampling_field_is_applied_or_refused():
 def test_each_unapplied_option_is_refused_by_name(name, monkeypatch):
     from parallel_decoding.sglang_plugin import cli
 
-    monkeypatch.setattr(cli, "decode_settings", lambda args: ("wedlm", None))
     manager = SimpleNamespace(server_args=SimpleNamespace(_decode_settings="{}"))
     request = SimpleNamespace(return_logprob=False, custom_logit_processor=None, sampling_params={name: ON[name]})
+    monkeypatch.setattr(cli, "decode_settings", lambda args: ("jacobi", JacobiConfig()))  # verifies: applies none
     with pytest.raises(ValueError, match=name):
         check_request(manager, request)
+    monkeypatch.setattr(cli, "decode_settings", lambda args: ("wedlm", None))  # its decoder commits
+    if name in ADJUSTMENTS:
+        check_request(manager, request)
+    else:
+        with pytest.raises(ValueError, match=name):
+            check_request(manager, request)
     check_request(manager, SimpleNamespace(return_logprob=False, custom_logit_processor=None, sampling_params={}))
