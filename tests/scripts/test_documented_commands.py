@@ -70,3 +70,8 @@ def test_the_scripts_index_names_every_script():
     present = {p.name + ("/" if p.is_dir() else "") for p in (ROOT / "scripts").iterdir()
                if p.name not in {"__init__.py", "README.md", "__pycache__"}}
     assert present - named == set()
+
+
+def test_the_readme_is_a_front_page():
+    """Details and measurements live in docs/: the README stays under 12 KB."""
+    assert (ROOT / "README.md").stat().st_size < 12_000
