@@ -93,7 +93,7 @@ def test_huginn_wavefront_through_cli(tiny_dir, prompts, tmp_path):
     assert all(r["core_passes"] == 4 * r["forwards"] for r in got["ar"])
     assert all(len(r["margins"]) == len(r["token_ids"]) and all(m is None or m > 0 for m in r["margins"])
                for r in got["wave"])
-    sampled = generate(tmp_path / "sampled.json", *raven, "--config", '{"sampler": "wavefront"}', "--max-tokens", "9",
+    sampled = generate(tmp_path / "sampled.json", *raven, "--config", json.dumps(settings), "--max-tokens", "9",
                        "--temperature", "1.0")
     assert all(r["margins"] == [None] * len(r["token_ids"]) for r in sampled)  # null, not JSON-invalid Infinity
     message = refused([*raven, "--config", '{"sampler": "ar", "exit_t": 0.1}', "--json", str(tmp_path / "bad.json")])

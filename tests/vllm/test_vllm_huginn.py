@@ -57,8 +57,11 @@ def served(model_dir: Path, prompts: list[list[int]], settings: dict, temperatur
         return outputs, runner.get_model().core_passes - before, runner.drafter.entries
 
 
+# The random Raven's latents hardly converge: past `max_diffusion_steps` its wavefront freezes one position a step
+# (without the bound, about 2,000 steps a request).
 @pytest.mark.parametrize("settings", [{"sampler": "ar"}, {"sampler": "adaptive", "num_steps": 16},
-                                      {"sampler": "wavefront", "num_steps": 16, "inner_recurrence": 4}],
+                                      {"sampler": "wavefront", "num_steps": 16, "inner_recurrence": 4,
+                                       "max_diffusion_steps": 32}],
                          ids=["ar", "adaptive", "wavefront"])
 def test_samplers_equal_the_reference(engine_dir, prompts, settings):
     model_dir = engine_dir["raven"]
