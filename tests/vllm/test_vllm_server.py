@@ -14,6 +14,7 @@ from tests.support.vllm_engine import engine  # isort: split
 import openai
 from vllm import SamplingParams
 
+from parallel_decoding.vllm_plugin.requests import ADJUSTMENTS
 from scripts.vllm_server import metrics, vllm_server
 from tests.support import ties
 from tests.support.vllm_cases import MAX_TOKENS, STOP_AT
@@ -118,7 +119,8 @@ REFUSED = [("logprobs", {"logprobs": 2}), ("presence_penalty", {"presence_penalt
 def test_unapplied_options_refused_by_name(server, spec, cases):
     """`wedlm`, `diffusion` and `huginn` refuse, with a 400 naming it, every per-request option their decoders would
     not apply (sampled requests: greedy ones make vLLM drop min_p), and keep serving; `logprobs` they report, and
-    `prompt_logprobs` all but `wedlm` (whose prefill emits no token). The lossless methods leave them to vLLM, whose
+    `prompt_logprobs` all but `wedlm` (whose prefill emits no token); the penalties and `allowed_token_ids` the
+    `wedlm` and `diffusion` decoders apply (`common.penalties`). The lossless methods leave them to vLLM, whose
     rejection sampler applies them and which refuses min_p and logit_bias with any speculation."""
     prompt, _, text, _, _ = cases[0]
     for name, extra in REFUSED:
@@ -127,6 +129,9 @@ def test_unapplied_options_refused_by_name(server, spec, cases):
         if spec["method"] in LOSSLESS and name not in ("min_p", "logit_bias"):
             if name not in ("structured_outputs", "prompt_logprobs"):
                 create()
+            continue
+        if name in ADJUSTMENTS and spec["method"] != "huginn":  # applied (test_vllm_commit_methods.py)
+            create()
             continue
         if name == "logprobs":  # reported (tests/vllm/test_vllm_logprobs.py, tests/vllm/test_vllm_huginn.py)
             out = create()
