@@ -39,10 +39,10 @@ def adjusted(logits: torch.Tensor, params: SamplingParams, prompt: list[int], ou
         logits[:, list(tokens)] += torch.tensor(biases, device=logits.device)
     if not (params.repetition_penalty != 1 or params.frequency_penalty or params.presence_penalty):
         return logits
-    counted = fills(forward, len(prompt) + len(output), mask_token_id).float()
-    generated = counted @ torch.nn.functional.one_hot(forward.token_ids, vocab).float()
-    generated += torch.bincount(torch.tensor(output, dtype=torch.long), minlength=vocab)[None, :vocab]
-    generated = generated.to(logits.device)
+    counted = fills(forward, len(prompt) + len(output), mask_token_id)
+    generated = torch.bincount(torch.tensor(output, dtype=torch.long), minlength=vocab)[:vocab].float()
+    generated = generated.repeat(len(counted), 1).scatter_add_(
+        1, forward.token_ids.expand_as(counted), counted.float()).to(logits.device)
     if params.repetition_penalty != 1:
         seen = (generated > 0) | (torch.bincount(torch.tensor(prompt, dtype=torch.long), minlength=vocab)[:vocab]
                                   > 0).to(logits.device)[None, :]
