@@ -17,14 +17,15 @@ from parallel_decoding.common.errors import ConfigError
 def delta_hook(down: torch.Tensor, up: torch.Tensor, scale: float, rows: torch.Tensor | None = None):
     """A forward hook adding the low-rank delta `scale * B @ A` (down = A, up = B) to a module's output (the first
     element where the module returns `(output, bias)`, as the engines' linear layers do); with `rows` (indices along
-    the token dimension, the one before the features) to those rows only, the others left exactly as they were."""
+    the token dimension, the one before the features) to those rows only, the others left exactly as they were.
+    The product runs in the factors' dtype (`LoRA` keeps them in float32: a CPU's bf16 kernels take several times as
+    long for a rank-16 product) and is added in the output's."""
 
     def add(x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-        if rows is None:
-            return out + scale * (x @ down.T) @ up.T
-        out = out.clone()
-        out[..., rows, :] += scale * (x[..., rows, :] @ down.T) @ up.T
-        return out
+        picked = x if rows is None else x[..., rows, :]
+        delta = (picked.to(down.dtype) @ down.T) @ up.T
+        delta = (delta if scale == 1.0 else delta * scale).to(out.dtype)
+        return out + delta if rows is None else out.index_add(-2, rows, delta)
 
     def hook(module: torch.nn.Module, inputs: tuple, output: object) -> object:
         if isinstance(output, tuple):
@@ -94,12 +95,13 @@ def fused_delta(module: torch.nn.Module, slices: dict[int, tuple[torch.Tensor, t
 
 
 class LoRA:
-    """Low-rank deltas `scale * B @ A` added to target modules' outputs while `enabled()` is active."""
+    """Low-rank deltas `scale * B @ A` added to target modules' outputs while `enabled()` is active; the factors held
+    in float32 on the model's device, the scale folded into B."""
 
     def __init__(self, model: torch.nn.Module, adapter_dir: str | Path) -> None:
         adapter_dir = checked(Path(adapter_dir))
         config = json.loads((adapter_dir / "adapter_config.json").read_text(encoding="utf-8"))
-        self.scale = config["lora_alpha"] / config["r"]
+        scale = config["lora_alpha"] / config["r"]
         weights = load_file(adapter_dir / "adapter_model.safetensors")
         modules = dict(model.named_modules())
         param = next(model.parameters())
@@ -107,8 +109,8 @@ class LoRA:
         fused: dict[str, dict[int, tuple[torch.Tensor, torch.Tensor]]] = {}
         for key in sorted(k for k in weights if k.endswith("lora_A.weight")):
             name, index = module_name(key, modules)
-            down = weights[key].to(param)
-            up = weights[key.replace("lora_A", "lora_B")].to(param)
+            down = weights[key].to(param.device, torch.float32)
+            up = scale * weights[key.replace("lora_A", "lora_B")].to(param.device, torch.float32)
             if index is None:
                 self.deltas.append((modules[name], down, up))
             else:
@@ -121,7 +123,7 @@ class LoRA:
         """The adapter on for the forwards inside, on every row or only on `rows` (token indices)."""
         if rows is not None:
             rows = rows.to(self.deltas[0][1].device) if self.deltas else rows
-        handles = [module.register_forward_hook(delta_hook(down, up, self.scale, rows))
+        handles = [module.register_forward_hook(delta_hook(down, up, 1.0, rows))
                    for module, down, up in self.deltas]
         try:
             yield

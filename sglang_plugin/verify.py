@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from parallel_decoding.common.acceptance import accept_greedy_batch, verify
+from parallel_decoding.common.grammar import constrain
 from parallel_decoding.common.sampling import choose
 from parallel_decoding.common.width_planner import Shape, planner_for
 from parallel_decoding.sglang_plugin.drafters import make_drafter
@@ -23,6 +24,13 @@ from parallel_decoding.sglang_plugin.logprobs import MISSING, Entry, asked, entr
 from parallel_decoding.sglang_plugin.worker import PluginWorker, sampling_of
 
 logger = logging.getLogger(__name__)
+
+
+def constrained(reqs: list[Any], drafts: list[list[int]], logits: torch.Tensor) -> torch.Tensor:
+    """The verify forward's logits [bs, width, vocab] with each structured-output request's chain masked by its
+    grammar (SGLang's object, which its scheduler advances over what the step commits; `common.grammar`)."""
+    grammars = [req.grammar for req in reqs]
+    return logits if all(g is None for g in grammars) else constrain(grammars, drafts, logits)
 
 
 class VerifyWorker(PluginWorker):
@@ -59,7 +67,7 @@ class VerifyWorker(PluginWorker):
         tokens = torch.tensor([[seed, *d.tokens] + [seed] * (width - 1 - len(d.tokens))
                                for seed, d in zip(seeds, drafts, strict=True)])
         chain = torch.ones(width, width, dtype=torch.bool).tril().expand(len(seeds), -1, -1)
-        logits = self.run_window(batch, tokens, chain)
+        logits = constrained(batch.reqs, [d.tokens for d in drafts], self.run_window(batch, tokens, chain))
         predicted = logits.argmax(-1).cpu()
         greedy = accept_greedy_batch([d.tokens for d in drafts], predicted)
         committed = [run if state.sampling.greedy else
@@ -97,7 +105,8 @@ class VerifyWorker(PluginWorker):
         generator its later steps sample with, so a seeded request gives the same tokens in any batch (SGLang's own
         sampler applies `sampling_seed` only under deterministic inference). Partial prefills emit nothing."""
         result = self._target_worker.forward_batch_generation(batch, is_verify=True)
-        logits = result.logits_output.next_token_logits
+        rows = result.logits_output.next_token_logits[:, None]
+        logits = constrained(batch.reqs, [[] for _ in batch.reqs], rows)[:, 0]
         first = []
         for row, (req, length) in enumerate(zip(batch.reqs, batch.seq_lens.tolist(), strict=True)):
             if length < len(req.origin_input_ids) + len(req.output_ids):

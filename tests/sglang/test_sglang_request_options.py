@@ -12,6 +12,7 @@ from parallel_decoding.common.jacobi import JacobiConfig
 from parallel_decoding.sglang_plugin.requests import (
     ADJUSTMENTS,
     APPLIED_BY_DECODERS,
+    GRAMMARS,
     APPLIED_BY_SGLANG,
     NEUTRAL_SAMPLING,
     check_request,
@@ -39,13 +40,19 @@ def test_each_unapplied_option_is_refused_by_name(name, monkeypatch):
 
     manager = SimpleNamespace(server_args=SimpleNamespace(_decode_settings="{}"))
     request = SimpleNamespace(return_logprob=False, custom_logit_processor=None, sampling_params={name: ON[name]})
-    monkeypatch.setattr(cli, "decode_settings", lambda args: ("jacobi", JacobiConfig()))  # verifies: applies none
-    with pytest.raises(ValueError, match=name):
+    monkeypatch.setattr(cli, "decode_settings", lambda args: ("jacobi", JacobiConfig()))  # verifies: grammars only
+    if name in GRAMMARS:
         check_request(manager, request)
+    else:
+        with pytest.raises(ValueError, match=name):
+            check_request(manager, request)
     monkeypatch.setattr(cli, "decode_settings", lambda args: ("wedlm", None))  # its decoder commits
     if name in ADJUSTMENTS:
         check_request(manager, request)
     else:
         with pytest.raises(ValueError, match=name):
             check_request(manager, request)
+    monkeypatch.setattr(cli, "decode_settings", lambda args: ("huginn", None))  # its own worker: applies none
+    with pytest.raises(ValueError, match=name):
+        check_request(manager, request)
     check_request(manager, SimpleNamespace(return_logprob=False, custom_logit_processor=None, sampling_params={}))

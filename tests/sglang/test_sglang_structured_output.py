@@ -1,0 +1,66 @@
+"""Structured output under the verifying modes on SGLang (`tests/support/structured.py`): 20 JSON-schema and 20
+regex requests on the real model (SmolLM2-135M-Instruct, float32), each mode's output valid under its constraint and
+equal to SGLang's own AR under the same constraint (tie-aware, on the grammar-masked margins). Our verify worker
+masks each chain row with the request's grammar after the drafts before it (`common.grammar`); SGLang's scheduler
+advances the grammar over what a step commits. The twin of `tests/vllm/test_vllm_structured_output.py`.
+
+Runs in the SGLang environment (see `tests/sglang/test_sglang_server.py`)."""
+
+import json
+
+import pytest
+import sglang
+
+from scripts.sglang_server import CPU_KWARGS, cpu_env
+from tests.support import structured
+
+METHODS = {
+    "jacobi": ("jacobi", {"block_size": 8, "adaptive": False}),
+    "diffusion_self": ("diffusion_self", {"num_speculative_tokens": 8, "draft_adapter": "draft_lora",
+                                          "adaptive": False}),
+}
+SWEEP = ("diffusion_self",)
+
+
+@pytest.fixture(scope="module")
+def engine_env():
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in cpu_env().items():
+            patch.setenv(name, value)
+        yield
+
+
+def generate(model, mode: str | None, config: dict | None, requests: list) -> tuple[list[tuple[list[int], bool]],
+                                                                                     int]:
+    """Greedy (token ids, whether it stopped before max_new_tokens) per request, one batch, and the verify steps."""
+    decode = {} if mode is None else {"decode_mode": mode, "decode_config": config}
+    engine = sglang.Engine(model_path=str(model), **decode, **{**CPU_KWARGS, "dtype": "float32"})
+    params = [{"temperature": 0, "max_new_tokens": n,
+               **({"json_schema": json.dumps(c["json"])} if "json" in c else {"regex": c["regex"]})}
+              for _, c, n in requests]
+    try:
+        outputs = engine.generate(input_ids=[p for p, _, _ in requests], sampling_params=params)
+    finally:
+        engine.shutdown()
+    got = [(list(o["output_ids"]), o["meta_info"]["finish_reason"]["type"] != "length") for o in outputs]
+    return got, sum(o["meta_info"].get("spec_verify_ct", 0) for o in outputs)
+
+
+@pytest.fixture(scope="module")
+def requests(real_model):
+    return structured.requests(real_model)
+
+
+@pytest.fixture(scope="module")
+def ar(real_model, requests, engine_env):
+    return [tokens for tokens, _ in generate(real_model, None, None, requests)[0]]
+
+
+@pytest.mark.parametrize("method", [pytest.param(m, marks=pytest.mark.sweep) if m in SWEEP else m for m in METHODS])
+def test_constrained_equals_constrained_ar(real_model, requests, ar, engine_env, method):
+    got, steps = generate(real_model, *METHODS[method], requests)
+    cuts = structured.check(real_model, requests, got, ar, method)
+    tokens = sum(len(t) for t, _ in got)
+    print(f"{method}: {sum(c is not None for c in cuts)} of {len(cuts)} cut at a tie, {tokens} tokens in {steps} "
+          "verify steps")
+    assert tokens > steps + len(got), "no draft accepted: the constrained verify was not exercised"
