@@ -26,9 +26,9 @@ class RowReading:
 
 
 # Logit elements one CPU pass reduces: its float32 temporaries (1 MiB each) stay in cache, where a whole batch's
-# (hundreds of rows) would not, and run 3x slower. `scripts.digest_bench` on a 2-core EPYC, batch 32, 512 vocabulary:
-# 1 << 18 takes 10-12 ms where 1 << 20 took 15-17 (quadratic self-speculation, 2203 rows), 4 ms where it took 6.5-7
-# (jacobi, 876 rows); one row of a 151936 vocabulary per pass runs as fast as six.
+# (hundreds of rows) would not, and run 3x slower. `scripts.profile_step --part digest` on a 2-core EPYC, batch 32,
+# 512 vocabulary: 1 << 18 takes 10-12 ms where 1 << 20 took 15-17 (quadratic self-speculation, 2203 rows), 4 ms where
+# it took 6.5-7 (jacobi, 876 rows); one row of a 151936 vocabulary per pass runs as fast as six.
 CPU_PASS_ELEMENTS = 1 << 18
 
 

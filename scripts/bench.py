@@ -5,6 +5,8 @@ AR decoding of that checkpoint and (vLLM) its own `ngram` speculation at the sam
     .venv-sglang/bin/python -m scripts.bench --engine sglang --models DIR --json OUT.json
     python -m scripts.bench --engine vllm --models DIR --json OUT.json --quick    # batch 1, 16 tokens (CI)
     python -m scripts.bench --engine vllm --model smollm2 --json OUT.json         # the real model, chat prompts
+    python -m scripts.bench --engine reference --model smollm2 --batch-sizes 1 --json OUT.json [--device cuda]
+    python -m scripts.bench --engine vllm --model huginn --json OUT.json [--num-steps 32] [--max-diffusion-steps N]
 
 `--model smollm2` runs the lossless methods on SmolLM2-135M-Instruct (`scripts.smollm2`, fetched and converted once;
 bf16 in vLLM, float32 in SGLang on CPU) with its presets (`configs/smollm2-*.json`, the shipped draft adapter) on
@@ -23,9 +25,20 @@ whose decisions the engine paths reproduce token for token (tested), since the e
 forwards (drafts, reveals). p_cache is WeDLM's eq. 4. Acceptance length is tokens per verify step (vLLM: per
 draft; SGLang: per speculative step after the prefill); the histogram counts verify steps by accepted drafts (vLLM
 only).
+`--engine reference` times `common/`'s reference runner itself (transformers, one request at a time, so batch 1
+only, at the configured width: it has no planner), on `--device` (a GPU where there is one): what the methods' saved
+forwards become where a forward's cost hardly grows with its rows. Its tokens per forward are its own counts.
 SGLang runs in its own environment (`scripts/setup_sglang_env.sh`), on CPU with `scripts.sglang_server`'s settings
 (float32) when there is no GPU; it has no ngram here, and only SGLang runs `jacobi_recycling` (candidates verified
 as branches beside the drafts; `jacobi` recycles linearly on both engines).
+
+`--model huginn` runs Huginn's samplers (`ar`, `adaptive`, `wavefront`, at r = `--num-steps`) on the Raven of
+`--models` (`raven`, the shipped trained one unless a checkpoint of your own is there), served by vLLM or SGLang (on
+CPU) with held-out prompts (`scripts.corpus`; `scripts.bench_huginn`): records {engine, checkpoint, method (the
+sampler), config, batch_size, tokens_per_second, tokens, seconds, speedup over `ar` at the same r,
+core_passes_per_token (vLLM: sequential core passes per generated token of a request, which set a step's latency on
+a GPU), agreement_with_ar}; the plot is speedup and core passes against the batch size. `--max-diffusion-steps`
+bounds the wavefront's steps a request (a Raven whose latents hardly converge can run thousands).
 """
 
 import argparse
@@ -85,9 +98,10 @@ def width(spec: dict) -> int:
 
 def adapts(spec: dict, engine: str) -> bool:
     """Whether the method chooses its widths by load in `engine` (`common.width_planner`): then it also runs pinned
-    to its configured width (`-fixed`). SGLang's recycling Jacobi commits with its own decoder and does not adapt."""
+    to its configured width (`-fixed`). SGLang's recycling Jacobi commits with its own decoder and does not adapt; the
+    reference runner has no planner."""
     config = typed(spec)
-    if engine == "sglang" and spec["method"] == "jacobi" and config.pool_size:
+    if engine == "reference" or (engine == "sglang" and spec["method"] == "jacobi" and config.pool_size):
         return False
     return getattr(config, "adapts", False)
 
@@ -188,6 +202,34 @@ def run_sglang(model: str, spec: dict | None, batch_size: int, max_tokens: int, 
     }
 
 
+def run_reference(model: str, spec: dict | None, batch_size: int, max_tokens: int, rounds: int, prompts: list[str],
+                  dtype: str = "float32", device: str = "cpu") -> dict:
+    """`rounds` prompts one at a time in the reference runner (greedy, the config's draft adapter), after one
+    warm-up request."""
+    import torch
+
+    from parallel_decoding.common.reference_setup import reference_setup
+    from parallel_decoding.common.sampling import SamplingParams
+
+    if batch_size != 1:
+        raise SystemExit("--engine reference runs one request at a time: give --batch-sizes 1")
+    method, settings = (spec["method"], {k: v for k, v in spec.items() if k != "method"}) if spec else ("ar", {})
+    setup = reference_setup(model, method, settings, device=device, dtype=getattr(torch, dtype))
+    limits = setup.limits(max_tokens, stop_at_eos=False)
+    chosen = [prompts[r % len(prompts)] for r in range(rounds + 1)]
+    tokens = forwards = 0
+    seconds = 0.0
+    for index, prompt in enumerate(chosen):
+        decoder = setup.decoder(setup.tokenizer.encode(prompt), SamplingParams(), limits)
+        result = setup.runner.run(decoder)
+        if index:  # the first request warms up
+            tokens, forwards = tokens + len(result.token_ids), forwards + result.forwards
+            seconds += result.seconds
+    return {"tokens_per_second": tokens / seconds, "tokens_per_forward": tokens / forwards, "p_cache": None,
+            "acceptance_length": None, "acceptance_histogram": None, "tokens": tokens, "seconds": seconds,
+            "planner": None}
+
+
 def reference_costs(model_dir: str, spec: dict, max_tokens: int, prompts: list[str]) -> dict:
     """Tokens per forward and p_cache of one of our methods, from `common/`'s reference runner (greedy, with the
     config's draft adapter)."""
@@ -234,24 +276,55 @@ def plot(records: list[dict], path: str) -> None:
     fig.savefig(path, dpi=120)
 
 
+def huginn(args: argparse.Namespace) -> None:
+    """`--model huginn`: Huginn's samplers on the Raven of `--models` in the engine; JSON, table and plot."""
+    from scripts import bench_huginn
+
+    if args.engine == "reference":
+        raise SystemExit("--model huginn runs in vllm or sglang (the reference runner's: scripts.evaluate "
+                         "--suite huginn)")
+    records = bench_huginn.bench(args.engine, str(copy(Path(args.models))["raven"]),
+                                 [int(s) for s in args.batch_sizes.split(",")], args.max_tokens, args.rounds,
+                                 args.num_steps, args.max_diffusion_steps)
+    Path(args.json).write_text(json.dumps(records, indent=1))
+    bench_huginn.show(records)
+    if args.png:
+        bench_huginn.plot(records, args.png)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m scripts.bench", description=__doc__.splitlines()[0])
-    parser.add_argument("--engine", choices=["vllm", "sglang"], required=True)
+    parser.add_argument("--engine", choices=["vllm", "sglang", "reference"], required=True)
     parser.add_argument("--models", default="out/trained-models", help="the trained checkpoints (copied if missing)")
     parser.add_argument("--json", required=True)
-    parser.add_argument("--png", default=None, help="bar charts of speedup, tokens per forward and conversion")
+    parser.add_argument("--png", default=None, help="bar charts of speedup, tokens per forward and conversion "
+                        "(--model huginn: speedup and core passes per token against the batch size)")
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=4, help="timed batches per method and batch size")
     parser.add_argument("--batch-sizes", default="1,8,32")
     parser.add_argument("--methods", default=",".join(name for name, _, _ in METHODS),
                         help="comma-separated subset; AR on each checkpoint (the baseline) and ngram always run")
+    parser.add_argument("--device", default=None, help="--engine reference: cuda or cpu (default: cuda if present)")
     parser.add_argument("--quick", action="store_true", help="batch 1, 16 tokens, one timed round")
-    parser.add_argument("--model", choices=("tiny", "smollm2"), default="tiny",
-                        help="the tiny trained checkpoints, or the real model SmolLM2-135M-Instruct")
+    parser.add_argument("--model", choices=("tiny", "smollm2", "huginn"), default="tiny",
+                        help="the tiny trained checkpoints, the real model SmolLM2-135M-Instruct, or Huginn's samplers "
+                             "on the trained Raven (--methods does not apply)")
+    parser.add_argument("--num-steps", type=int, default=32, help="--model huginn: the recurrences r per token")
+    parser.add_argument("--max-diffusion-steps", type=int, default=None,
+                        help="--model huginn: the wavefront's steps a request at most (default: its config's)")
     args = parser.parse_args()
     if args.quick:
         args.batch_sizes, args.max_tokens, args.rounds = "1", 16, 1
-    run = run_vllm if args.engine == "vllm" else run_sglang
+    if args.model == "huginn":
+        huginn(args)
+        return
+    run = {"vllm": run_vllm, "sglang": run_sglang, "reference": run_reference}[args.engine]
+    if args.engine == "reference":
+        import functools
+
+        import torch
+
+        run = functools.partial(run_reference, device=args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if args.model == "smollm2":
         from transformers import AutoTokenizer
 
@@ -280,9 +353,10 @@ def main() -> None:
         if any(r["batch_size"] == size and r["checkpoint"] == checkpoint and r["method"] == name for r in records):
             continue  # the same ngram width for two methods on one checkpoint
         model = str(paths[checkpoint])
-        result = run(model, spec, size, args.max_tokens, args.rounds, prompts,
-                     dtype if args.engine == "vllm" else "float32", 1024 if args.model == "smollm2" else 512)
-        if spec is not None and spec["method"] != "ngram":
+        dtype_here = "float32" if args.engine == "sglang" else dtype
+        context = () if args.engine == "reference" else (1024 if args.model == "smollm2" else 512,)
+        result = run(model, spec, size, args.max_tokens, args.rounds, prompts, dtype_here, *context)
+        if spec is not None and spec["method"] != "ngram" and args.engine != "reference":
             # The reference's costs (at the configured width) depend on neither the batch size nor the planner.
             key = json.dumps([model, {k: v for k, v in spec.items() if k != "adaptive"}])
             if key not in costs:
@@ -299,7 +373,7 @@ def main() -> None:
             return "-" if value is None else format(value, spec)
 
         print(f"{label(r):<30}{r['batch_size']:>6}{r['tokens_per_second']:>10.1f}{fmt(r['tokens_per_forward']):>9}"
-              f"{fmt(r['p_cache']):>9}{r['acceptance_length']:>9.2f}{r['speedup']:>9.2f}{fmt(r['conversion']):>7}")
+              f"{fmt(r['p_cache']):>9}{fmt(r['acceptance_length']):>9}{r['speedup']:>9.2f}{fmt(r['conversion']):>7}")
     if args.png:
         plot(records, args.png)
 

@@ -1,163 +1,101 @@
-"""Quality of the tiny trained checkpoints on held-out standard-library files, in the reference runner.
+"""One entry point for evaluating methods, in the reference runner unless `--runner` says: `--suite` picks what.
 
-Held-out loss in bits per byte for each model, and, greedy, tokens per forward (every forward counted: draft,
-reveal, verify), agreement with the same model's greedy AR output and the output's own loss under that model's causal
-reading (bits per token; greedy AR's is the least an output can have token by token) for each method's preset.
+Each suite is a module of scripts/evaluation/ whose `run` parameters are the flags it reads, with its defaults:
 
-    python -m scripts.evaluate --models DIR [--prompts 24] [--max-tokens 64] [--json OUT]
+    python -m scripts.evaluate --models DIR [--prompts 24] [--max-tokens 64] [--device cpu] [--json OUT]
+    python -m scripts.evaluate --suite huginn --model DIR [--num-steps 32] [--prompts 8] [--max-tokens 48] \\
+        [--json out/huginn.json] [--png out/huginn.png]
+    python -m scripts.evaluate --suite assd --model DIR [--lengths 128 512] [--samples 4] [--k 5] \\
+        [--temperature 1.0] [--json out/assd.json] [--png out/assd.png]
+    python -m scripts.evaluate --suite recycling [--runner reference] [--model DIR] [--json OUT]
+    .venv-sglang/bin/python -m scripts.evaluate --suite recycling --runner sglang [--model DIR]
 """
 
 import argparse
+import inspect
 import json
-import math
-from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
-import torch
+from scripts.evaluation import assd, huginn, quality, recycling
 
-from parallel_decoding.common.checkpoint import load
-from parallel_decoding.common.reference_setup import reference_setup
-from parallel_decoding.common.sampling import SamplingParams
-from scripts import corpus
-
-CONFIGS = Path(__file__).resolve().parent.parent / "configs"
-# (checkpoint, method, preset): the measurements docs/checkpoints.md's table and the floors test report.
-PRESETS = [
-    ("nld", "diffusion_self", "tiny-nld-self-spec.json"),
-    ("nld", "diffusion_self_quadratic", "tiny-nld-quadratic.json"),
-    ("nld", "diffusion", "tiny-nld-diffusion.json"),
-    ("wedlm", "wedlm", "tiny-wedlm.json"),
-    ("wedlm", "wedlm_spec", "tiny-wedlm-spec.json"),
-    ("jacobi_forcing", "jacobi", "tiny-jacobi-forcing.json"),
-    ("ar", "jacobi", "tiny-jacobi-forcing.json"),
-]
+SUITES = {"quality": quality, "huginn": huginn, "assd": assd, "recycling": recycling}
+REQUIRED = inspect.Parameter.empty
 
 
-@dataclass
-class MethodScore:
-    """A method's greedy outputs on the prompts, its forwards, and greedy AR's outputs and decision margins."""
-
-    checkpoint: str
-    method: str
-    preset: str
-    outputs: list[list[int]]
-    forwards: int
-    reference: list[list[int]]
-    reference_margins: list[list[float]]
-    bits_per_token: float = 0.0
-    reference_bits_per_token: float = 0.0
-
-    @property
-    def tokens(self) -> int:
-        return sum(map(len, self.outputs))
-
-    @property
-    def tokens_per_forward(self) -> float:
-        return self.tokens / max(self.forwards, 1)
-
-    @property
-    def agreement(self) -> float:
-        """Fraction of generated positions equal to greedy AR's."""
-        same = sum(a == b for got, want in zip(self.outputs, self.reference, strict=True)
-                   for a, b in zip(got, want, strict=False))
-        return same / max(self.tokens, 1)
-
-    def summary(self) -> dict:
-        return {"checkpoint": self.checkpoint, "method": self.method, "preset": self.preset, "tokens": self.tokens,
-                "forwards": self.forwards, "tokens_per_forward": self.tokens_per_forward,
-                "agreement": self.agreement, "bits_per_token": self.bits_per_token,
-                "ar_bits_per_token": self.reference_bits_per_token}
+def reads(suite: ModuleType) -> dict[str, Any]:
+    """The flags `suite` reads, each with its default: its `run`'s parameters, `--json`, and `--png` if it plots."""
+    flags = {name: p.default for name, p in inspect.signature(suite.run).parameters.items()}
+    return {**flags, "json": None, **({"png": None} if hasattr(suite, "plot") else {})}
 
 
-@torch.inference_mode()
-def bits_per_byte(model: torch.nn.Module, tokenizer, seq_len: int = 256, max_files: int | None = None) -> float:
-    """Held-out loss: total next-token loss over every held-out file, in bits, per byte of source."""
-    nats, total_bytes = 0.0, 0
-    device = next(model.parameters()).device
-    for path in corpus.files(held_out=True)[:max_files]:
-        text = path.read_text(encoding="utf-8", errors="ignore")
-        ids = torch.tensor(tokenizer.encode(text))
-        total_bytes += len(text.encode("utf-8"))
-        for start in range(0, len(ids) - 1, seq_len):
-            chunk = ids[start : start + seq_len + 1].to(device)
-            logits = model(input_ids=chunk[None, :-1]).logits[0].float()
-            nats += torch.nn.functional.cross_entropy(logits, chunk[1:], reduction="sum").item()
-    return nats / math.log(2) / total_bytes
+def readers(flag: str) -> str:
+    """Which suites read `flag`, with their defaults, for its help: `huginn: 32, assd: required`."""
+    notes = []
+    for name, suite in SUITES.items():
+        if flag in (flags := reads(suite)):
+            default = flags[flag]
+            if isinstance(default, tuple):
+                default = " ".join(map(str, default))
+            notes.append(name if default is None else f"{name}: {'required' if default is REQUIRED else default}")
+    return ", ".join(notes)
 
 
-@torch.inference_mode()
-def output_bits(model: torch.nn.Module, prompts: list[list[int]], outputs: list[list[int]]) -> float:
-    """Bits per generated token of `outputs` after their prompts, read causally by `model`: what an approximate
-    decoder's text costs in likelihood, next to greedy AR's."""
-    nats, count = 0.0, 0
-    device = next(model.parameters()).device
-    for prompt, output in zip(prompts, outputs, strict=True):
-        if not output:
-            continue
-        ids = torch.tensor(prompt + output, device=device)
-        logits = model(input_ids=ids[None, :-1]).logits[0, len(prompt) - 1 :].float()
-        nats += torch.nn.functional.cross_entropy(logits, ids[len(prompt) :], reduction="sum").item()
-        count += len(output)
-    return nats / math.log(2) / max(count, 1)
-
-
-@cache
-def greedy_ar(path: Path, prompts: tuple[str, ...], max_tokens: int, device: str
-              ) -> tuple[list[list[int]], list[list[float]], float]:
-    """Greedy AR's outputs, decision margins and bits per token on `prompts`, computed once per checkpoint for all
-    its methods."""
-    ar = reference_setup(path, "ar", device=device)
-    limits = ar.limits(max_tokens)
-    encoded = [ar.tokenizer.encode(prompt) for prompt in prompts]
-    results = [ar.runner.run(ar.decoder(ids, SamplingParams(), limits)) for ids in encoded]
-    outputs = [r.token_ids for r in results]
-    return outputs, [r.margins for r in results], output_bits(ar.model, encoded, outputs)
-
-
-def score(path: Path, method: str, preset: str, prompts: list[str], max_tokens: int, device: str = "cpu",
-          settings: dict | None = None) -> MethodScore:
-    """Greedy tokens per forward of `method` with `preset` (or `settings`) on `prompts`, and its agreement with
-    greedy AR."""
-    setup = reference_setup(path, method, settings or json.loads((CONFIGS / preset).read_text()), device=device)
-    limits = setup.limits(max_tokens)
-    reference, margins, reference_bits = greedy_ar(path, tuple(prompts), max_tokens, device)
-    score = MethodScore(path.name, method, preset, [], 0, reference, margins,
-                        reference_bits_per_token=reference_bits)
-    encoded = [setup.tokenizer.encode(prompt) for prompt in prompts]
-    for ids in encoded:
-        got = setup.runner.run(setup.decoder(ids, SamplingParams(), limits))
-        score.outputs.append(got.token_ids)
-        score.forwards += got.forwards
-    score.bits_per_token = output_bits(setup.model, encoded, score.outputs)
-    return score
+def parser() -> argparse.ArgumentParser:
+    """Every suite's flags in one parser, each flag's help naming the suites that read it."""
+    parser = argparse.ArgumentParser(prog="python -m scripts.evaluate", description=__doc__.splitlines()[0],
+                                     epilog="In parentheses: the suites that read a flag, with their defaults; a flag "
+                                            "the chosen suite does not read is refused.")
+    parser.add_argument("--suite", choices=SUITES, default="quality",
+                        help="quality: the tiny checkpoints' tokens per forward, agreement with AR and bits per token; "
+                             "huginn: Huginn's samplers' sequential core passes per token; assd: ASSD's model calls "
+                             "against sequential any-order decoding; recycling: Jacobi's tokens per forward with and "
+                             "without rejection recycling (default: %(default)s)")
+    for flag, text, options in [
+        ("models", "a directory holding ar/ nld/ wedlm/ jacobi_forcing/", {"metavar": "DIR"}),
+        ("model", "a checkpoint: a Raven for huginn, an XLNet AS-ARM for assd, any for recycling, which without it "
+                  "builds the cyclic tiny model", {"metavar": "DIR"}),
+        ("prompts", "how many held-out prompts", {"type": int, "metavar": "N"}),
+        ("max_tokens", "tokens generated per prompt", {"type": int, "metavar": "N"}),
+        ("device", "torch device", {}),
+        ("num_steps", "recurrences per token (r)", {"type": int, "metavar": "R"}),
+        ("lengths", "sequence lengths", {"type": int, "nargs": "+", "metavar": "N"}),
+        ("samples", "held-out windows per length and task", {"type": int, "metavar": "N"}),
+        ("k", "ASSD's draft length", {"type": int}),
+        ("temperature", "sampling temperature", {"type": float, "metavar": "T"}),
+        ("runner", "where Jacobi runs: the reference runner, vLLM offline or SGLang's server (from .venv-sglang)",
+         {"choices": sorted(recycling.RUNNERS)}),
+        ("json", "write the report here", {"metavar": "OUT"}),
+        ("png", "plot the report here", {"metavar": "OUT"}),
+    ]:
+        parser.add_argument("--" + flag.replace("_", "-"), help=f"{text} ({readers(flag)})", **options)
+    return parser
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m scripts.evaluate", description=__doc__.splitlines()[0])
-    parser.add_argument("--models", required=True, help="a directory holding ar/ nld/ wedlm/ jacobi_forcing/")
-    parser.add_argument("--prompts", type=int, default=24)
-    parser.add_argument("--max-tokens", type=int, default=64)
-    parser.add_argument("--json", default=None)
-    parser.add_argument("--device", default="cpu")
-    args = parser.parse_args()
-    models = Path(args.models)
-    prompts = corpus.prompts(args.prompts)
-    report: dict = {"bits_per_byte": {}, "methods": []}
-    for name in ("ar", "nld", "wedlm", "jacobi_forcing"):
-        model, tokenizer = load(models / name, device=args.device)
-        report["bits_per_byte"][name] = bpb = bits_per_byte(model, tokenizer)
-        print(f"{name:<16} held-out {bpb:.3f} bits/byte", flush=True)
-    print(f"\n{len(prompts)} held-out prompts x {args.max_tokens} tokens, greedy")
-    print(f"{'checkpoint':<16} {'method':<24} {'preset':<28} {'tok/fwd':>8} {'= AR':>6} {'bits/tok (AR)':>14}")
-    for name, method, preset in PRESETS:
-        result = score(models / name, method, preset, prompts, args.max_tokens, args.device)
-        report["methods"].append(result.summary())
-        bits = f"{result.bits_per_token:.2f} ({result.reference_bits_per_token:.2f})"
-        print(f"{name:<16} {method:<24} {preset:<28} {result.tokens_per_forward:>8.2f} {result.agreement:>6.0%} "
-              f"{bits:>14}", flush=True)
-    if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
+    cli = parser()
+    given = {name: value for name, value in vars(cli.parse_args()).items() if value is not None}
+    name = given.pop("suite")
+    suite, flags = SUITES[name], reads(SUITES[name])
+    if stray := [f"--{flag.replace('_', '-')}" for flag in given if flag not in flags]:
+        cli.error(f"--suite {name} does not read {', '.join(stray)}")
+    if missing := [f"--{flag.replace('_', '-')}" for flag, default in flags.items()
+                   if default is REQUIRED and flag not in given]:
+        cli.error(f"--suite {name} needs {', '.join(missing)}")
+    options = {**flags, **given}
+    out, png = options.pop("json"), options.pop("png", None)
+    report = suite.run(**options)
+    if out:
+        made(out).write_text(json.dumps(report, indent=1) + "\n")
+    if png:
+        suite.plot(report, str(made(png)))
+
+
+def made(path: str) -> Path:
+    """`path`, its folder created."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    return Path(path)
 
 
 if __name__ == "__main__":

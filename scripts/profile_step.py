@@ -1,17 +1,19 @@
-"""Where a vLLM step's time goes, per method: the model forward, the plugin's hooks, the engine's bookkeeping, next
-to vLLM's own `ngram` at the same width and plain AR, at several batch sizes.
+"""Where a decode step's time goes: per method in a whole engine step (`--part step`, the default), or in the batched
+digest of its logit rows alone (`--part digest`).
 
-    python -m scripts.profile_step --json out/profile.json [--png out/profile.png] [--batch-sizes 1,8,32]
+    python -m scripts.profile_step --json out/profile.json --png out/profile.png --batch-sizes 1,8,32
     .venv-sglang/bin/python -m scripts.profile_step --engine sglang --json out/profile-sglang.json
+    python -m scripts.profile_step --part digest --vocab 151936 --json out/digest.json  # on the GPU where there is one
 
-Each method runs on the checkpoint trained for it (`scripts.bench`'s table, with its settings: eager, float32),
-each engine in a process of its own with its core inside (so its model runner's methods can be timed), greedy,
-`ignore_eos`, a warm-up batch first; every decode step of the timed batch counts (its first step, the prefill, and
-that step's token are left out). Per engine step (one `EngineCore.step`): `forward` is the step's model forward
-(`_model_forward`, with any attention passes our methods add inside it), `extra_forward` our forwards beside it
-(draft and reveal windows, `run_windows`), `hooks` the rest of the drafting (`propose_draft_token_ids`) and
-sampling (`_sample`, where our commit rules run), `engine` everything else in the step (scheduling, input
-preparation, output processing).
+`--part step` splits a vLLM step per method into the model forward, the plugin's hooks and the engine's bookkeeping,
+next to vLLM's own `ngram` at the same width and plain AR, at several batch sizes. Each method runs on the checkpoint
+trained for it (`scripts.bench`'s table, with its settings: eager, float32), each engine in a process of its own with
+its core inside (so its model runner's methods can be timed), greedy, `ignore_eos`, a warm-up batch first; every decode
+step of the timed batch counts (its first step, the prefill, and that step's token are left out). Per engine step (one
+`EngineCore.step`): `forward` is the step's model forward (`_model_forward`, with any attention passes our methods add
+inside it), `extra_forward` our forwards beside it (draft and reveal windows, `run_windows`), `hooks` the rest of the
+drafting (`propose_draft_token_ids`) and sampling (`_sample`, where our commit rules run), `engine` everything else in
+the step (scheduling, input preparation, output processing).
 `rows_per_step` counts the rows the step's model forward carried (ngram drafts only where its n-grams match, so
 it forwards fewer rows than a method that always fills its width). `per_step_vs_ngram` is the method's step time
 over the `ngram` step time at the same batch size and width; `overhead_vs_ngram` the same for the step less its model
@@ -31,6 +33,13 @@ forward (`ModelRunner.forward`, our draft and reveal windows included, so `extra
 running the batch (our workers' planning and commit rules, SGLang's sampling), `engine` its scheduling and result
 processing. Each method is set
 beside SGLang's plain decode step on the same checkpoint: `per_step_vs_ar`, `overhead_vs_ar`.
+
+`--part digest` times one step's digest of its logit rows for a batch of committing decoders, with no model or
+engine: `common.row_stats.apply_rows` (one reduction over the whole batch, one copy to the host) against each decoder
+reading its own rows copied to the host as float32, at several batch sizes and a real vocabulary (`--vocab`), on CPU
+or GPU (`--device`). The rows are random logits made on the device before the clock starts, and both paths digest the
+same rows; per method (`DIGEST_METHODS`) and batch size it writes `batched_ms`, `per_request_ms` (per step),
+`rows_per_step` and `speedup`.
 """
 
 import argparse
@@ -41,14 +50,29 @@ import sys
 import time
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
+from copy import deepcopy
 from pathlib import Path
 
+import torch
 from tqdm import tqdm
 
+from parallel_decoding.common.decoder import Decoder, Limits
+from parallel_decoding.common.methods import make_decoder, parse_config
+from parallel_decoding.common.row_stats import apply_rows
+from parallel_decoding.common.sampling import SamplingParams
 from scripts.bench import METHODS, ONE_ENGINE, PROMPTS, ngram, typed
 from scripts.trained_models import copy
 
 PARTS = ("forward", "extra_forward", "hooks", "engine")
+# `--part digest`'s decoders and their settings (no checkpoint: the rows are random).
+DIGEST_METHODS = {
+    "wedlm": {"window": 16, "entropy_threshold": 2.0, "distance_penalty": 0.02},
+    "diffusion": {"block_size": 16, "confidence_threshold": 0.2},
+    "diffusion_self_quadratic": {"block_size": 8},
+    "jacobi": {"block_size": 16, "num_blocks": 2, "pool_size": 4, "verification_size": 4},
+}
+# The flags only one part reads: a flag of the other part is refused rather than ignored.
+ONLY = {"step": ("engine", "models", "png", "max_tokens", "prompts"), "digest": ("device", "vocab", "steps")}
 # Prompts whose greedy continuation on the shipped checkpoints repeats their own period, so ngram's lookup drafts its
 # full width every step and both it and our methods forward every row of their width: the same rows per step.
 PERIODIC = ["import sys\n" * 16, "import os\n" * 16, "x" * 40, "=" * 60, "0" * 40, "#" * 60, "import io\n" * 16,
@@ -265,19 +289,100 @@ def plot(records: list[dict], path: str) -> None:
     fig.savefig(path, dpi=110)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m scripts.profile_step", description=__doc__.splitlines()[0])
-    parser.add_argument("--engine", choices=["vllm", "sglang"], default="vllm")
-    parser.add_argument("--models", default="out/trained-models", help="the trained checkpoints (copied if missing)")
+def decoders(method: str, batch: int, vocab: int) -> list[Decoder]:
+    """`batch` greedy decoders past their prefill, which never end within a digest benchmark."""
+    config = parse_config(method, DIGEST_METHODS[method], mask_token_id=vocab - 1)
+    made = [make_decoder(method, config, [1] * 16, SamplingParams(), Limits(max_tokens=1 << 20)) for _ in range(batch)]
+    for decoder in made:
+        decoder.apply(torch.zeros(decoder.next_forward().logit_rows.numel(), vocab))
+    return made
+
+
+def sync(device: torch.device) -> None:
+    """Wait for the device's queued work, so the clock reads finished work."""
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def measure_digest(method: str, batch: int, vocab: int, steps: int, device: torch.device) -> dict:
+    """Milliseconds per step of each path, and the rows per step. The per-request path digests the same rows on
+    copies of the decoders, taken before the batched path digests them (random rows tie often; the decoders go on
+    from the batched path's decisions)."""
+    batched = decoders(method, batch, vocab)
+    generator = torch.Generator(device=device).manual_seed(0)
+    times = {"batched": [], "per_request": []}
+    rows = []
+    for _ in range(steps):
+        sizes = [int(d.next_forward().logit_rows.numel()) for d in batched]
+        separate = deepcopy(batched)
+        logits = torch.randn(sum(sizes), vocab, device=device, generator=generator) * 4
+        sync(device)
+        start = time.perf_counter()
+        apply_rows(batched, logits, sizes)
+        sync(device)
+        middle = time.perf_counter()
+        for d, part in zip(separate, logits.split(sizes), strict=True):
+            d.apply(part.float().cpu())
+        sync(device)
+        times["batched"].append(middle - start)
+        times["per_request"].append(time.perf_counter() - middle)
+        rows.append(sum(sizes))
+    warm = slice(min(3, steps - 1), None)  # the first steps pay one-time kernel setup
+    ms = {name: 1e3 * sum(t[warm]) / len(t[warm]) for name, t in times.items()}
+    return {"method": method, "batch": batch, "rows_per_step": sum(rows) / len(rows), **{f"{k}_ms": v for k, v in
+            ms.items()}, "speedup": ms["per_request"] / ms["batched"]}
+
+
+def run_digest(args: argparse.Namespace) -> None:
+    """`--part digest`: each chosen method at each batch size, to `--json` and a line each on the terminal."""
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    methods = args.methods.split(",") if args.methods else list(DIGEST_METHODS)
+    cases = [(m, int(b)) for m in methods for b in args.batch_sizes.split(",")]
+    results = [measure_digest(m, b, args.vocab, args.steps, device) for m, b in tqdm(cases, desc="digest")]
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    write_json(args.json, {"device": name, "vocab": args.vocab, "steps": args.steps, "results": results})
+    for r in results:
+        print(f"{r['method']:>26} batch {r['batch']:>3}: {r['rows_per_step']:6.0f} rows, batched "
+              f"{r['batched_ms']:8.2f} ms, per request {r['per_request_ms']:8.2f} ms ({r['speedup']:.2f}x)")
+
+
+def write_json(path: str, data: object) -> None:
+    """`data` as indented JSON at `path`, its folder made if missing."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(data, indent=1))
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    """The command line: the flags both parts share, then each part's own (refused with the other part)."""
+    parser = argparse.ArgumentParser(prog="python -m scripts.profile_step", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--part", choices=["step", "digest"], default="step",
+                        help="a whole engine step per method (default), or the batched row digest alone")
     parser.add_argument("--json", required=True)
-    parser.add_argument("--png", default=None)
     parser.add_argument("--batch-sizes", default="1,8,32")
-    parser.add_argument("--max-tokens", type=int, default=64)
-    parser.add_argument("--prompts", choices=["demo", "periodic"], default="demo",
-                        help="the demo's prompts, or ones the checkpoints continue periodically (ngram's full width)")
     parser.add_argument("--methods", default=None,
-                        help="comma-separated, from scripts.bench's table (default: every one the engine runs)")
-    args = parser.parse_args()
+                        help="comma-separated (default: every one): from scripts.bench's table that the engine runs "
+                             "(step), or from DIGEST_METHODS (digest)")
+    step = parser.add_argument_group("--part step")
+    step.add_argument("--engine", choices=["vllm", "sglang"], default="vllm")
+    step.add_argument("--models", default="out/trained-models", help="the trained checkpoints (copied if missing)")
+    step.add_argument("--png", default=None)
+    step.add_argument("--max-tokens", type=int, default=64)
+    step.add_argument("--prompts", choices=["demo", "periodic"], default="demo",
+                      help="the demo's prompts, or ones the checkpoints continue periodically (ngram's full width)")
+    digest = parser.add_argument_group("--part digest")
+    digest.add_argument("--device", default=None, help="default: cuda where there is one, else cpu")
+    digest.add_argument("--vocab", type=int, default=151936, help="vocabulary size (default: Qwen's)")
+    digest.add_argument("--steps", type=int, default=20)
+    args = parser.parse_args(argv)
+    stray = [f"--{dest.replace('_', '-')}" for part, dests in ONLY.items() if part != args.part for dest in dests
+             if getattr(args, dest) != parser.get_default(dest)]
+    if stray:
+        parser.error(f"--part {args.part} does not take {', '.join(stray)}")
+    return args
+
+
+def run_step(args: argparse.Namespace) -> None:
+    """`--part step`: each chosen method and its peers in an engine of their own, to `--json` (and `--png`)."""
     copy(Path(args.models))
     batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
     chosen = [(name, checkpoint, spec) for name, checkpoint, spec in METHODS
@@ -303,8 +408,7 @@ def main() -> None:
         records += [{"engine": args.engine, "checkpoint": checkpoint, "peer": roles.get("peer"), **roles, **record}
                     for record in measured]
     records = with_peer_ratio(records)
-    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps(records, indent=1))
+    write_json(args.json, records)
     if args.png:
         plot(records, args.png)
     for r in records:
@@ -318,6 +422,15 @@ def main() -> None:
                  f"{r[f'per_forward_vs_{kind}']:.2f}x, less forwards {r[f'overhead_per_forward_vs_{kind}']:.2f}x)"
                  if ratio else "")
               + (f"  vs {r['rows_peer']} {r['per_step_vs_ngram_rows']:.2f}x" if "per_step_vs_ngram_rows" in r else ""))
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Profile the part `--part` names (a whole step by default)."""
+    args = parse(argv)
+    if args.part == "digest":
+        run_digest(args)
+    else:
+        run_step(args)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ DIR holds upstream's two files, unmodified; from a clone of seal-rg/recurrent-pr
     git show 59e0b69:recpre/raven_config_minimal.py > DIR/raven_config_minimal.py
 
 They are imported from a temporary package holding a copy of them; three small shims (`SHIMS`) adapt them to
-transformers 5. Per held-out prompt (those of scripts/huginn_bench.py), greedy: upstream's `generate_diffusion_style`
+transformers 5. Per held-out prompt (scripts/evaluation/huginn.py's), greedy: upstream's `generate_diffusion_style`
 (init_scale 0, inner_recurrence 4, num_steps 32, exit_t 0.03, every other keyword at upstream's default, its
 cache_lookup_strategy "latest-m4-compress-s4" included; `--kwargs` overrides any), upstream's autoregressive path (HF
 generate, num_steps 32, compress-s4 cache) and ours, `common.huginn.reference.generate` with the `wavefront` sampler at

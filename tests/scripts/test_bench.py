@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from parallel_decoding.common.quadratic_self_spec import QuadraticSelfSpecConfig, quadratic_forward
+from scripts import bench_huginn
 from scripts.bench import METHODS, histogram
 from scripts.profile_step import rows_width, with_peer_ratio
 
@@ -17,6 +18,19 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_histogram_from_per_position_counts():
     assert histogram(10, [6, 3, 1]) == [4, 3, 2, 1]  # steps accepting 0, 1, 2, 3 drafts
+
+
+def test_huginn_record_against_ar():
+    """`--model huginn`'s record of a sampler: speedup over `ar`'s tokens/s, sequential core passes per token of a
+    request (the batch shares each pass), agreement with `ar` by position; only the wavefront takes the bound."""
+    ar = {"token_ids": [[1, 2, 3, 4], [5, 6, 7, 8]], "seconds": 2.0, "core_passes": 128}
+    wavefront = {"token_ids": [[1, 2, 3, 4], [5, 6, 0, 8]], "seconds": 1.0, "core_passes": 20}
+    spec = bench_huginn.settings("wavefront", 32, 64)
+    got = bench_huginn.record("vllm", spec, 2, wavefront, ar)
+    assert spec["max_diffusion_steps"] == 64 and "max_diffusion_steps" not in bench_huginn.settings("adaptive", 32, 64)
+    assert got["method"] == "wavefront" and got["checkpoint"] == "raven"
+    assert got["speedup"] == 2.0 and got["core_passes_per_token"] == 5.0
+    assert got["agreement_with_ar"] == 7 / 8 and bench_huginn.record("vllm", spec, 2, ar, ar)["speedup"] == 1.0
 
 
 def test_quadratic_is_profiled_beside_ngram_at_its_forward_width():
@@ -81,14 +95,31 @@ def test_profile_step_splits_each_step(tmp_path):
                - self_spec["step_ms"] / peer["step_ms"]) < 1e-9
 
 
-def test_digest_bench_times_both_paths(tmp_path):
-    """`scripts.digest_bench` times the batched digest and the per-request one on the same rows and reports both
-    per method and batch size."""
-    from scripts.digest_bench import main
+def test_profile_step_digest_times_both_paths(tmp_path):
+    """`scripts.profile_step --part digest` times the batched digest and the per-request one on the same rows and
+    reports both per method and batch size."""
+    from scripts.profile_step import main
 
-    main(["--device", "cpu", "--vocab", "256", "--batch-sizes", "1,3", "--steps", "4",
+    main(["--part", "digest", "--device", "cpu", "--vocab", "256", "--batch-sizes", "1,3", "--steps", "4",
           "--json", str(tmp_path / "d.json")])
     report = json.loads((tmp_path / "d.json").read_text())
     assert {(r["method"], r["batch"]) for r in report["results"]} == {
         (m, b) for m in ("wedlm", "diffusion", "diffusion_self_quadratic", "jacobi") for b in (1, 3)}
     assert all(r["batched_ms"] > 0 and r["per_request_ms"] > 0 and r["rows_per_step"] > 0 for r in report["results"])
+
+
+def test_reference_mode_times_the_reference_runner(tmp_path):
+    """`--engine reference` times `common/`'s reference runner on the trained checkpoint, one request at a time: AR
+    at one token per forward, quadratic `diffusion_self` with its own count of forwards, both speeds measured; a
+    batch size above 1 is refused by name."""
+    from scripts.bench import run_reference
+    from scripts.trained_models import copy
+
+    model = str(copy(tmp_path / "m")["nld"])
+    spec = next(spec for name, _, spec in METHODS if name == "diffusion_self_quadratic")
+    ar = run_reference(model, None, 1, 16, 2, ["def f(x):", "import os"])
+    ours = run_reference(model, spec, 1, 16, 2, ["def f(x):", "import os"])
+    assert ar["tokens"] == ours["tokens"] == 32 and ar["tokens_per_forward"] < 1.1
+    assert ours["tokens_per_forward"] > 1.2 and ours["tokens_per_second"] > 0
+    with pytest.raises(SystemExit, match="--batch-sizes 1"):
+        run_reference(model, spec, 8, 16, 1, ["import os"])

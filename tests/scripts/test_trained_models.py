@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from common.checkpoint import load
-from scripts import corpus, evaluate
+from scripts import corpus
+from scripts.evaluation import assd, huginn, quality
 from scripts.train import OBJECTIVES
 from scripts.trained_models import COPIED_FROM, SHIPPED, copy
 from tests.support import ties
@@ -32,8 +33,8 @@ FLOORS = {
 
 
 @cache
-def scores(checkpoint: str, method: str, preset: str) -> evaluate.MethodScore:
-    return evaluate.score(SHIPPED / checkpoint, method, preset, corpus.prompts(24), 64)
+def scores(checkpoint: str, method: str, preset: str) -> quality.MethodScore:
+    return quality.score(SHIPPED / checkpoint, method, preset, corpus.prompts(24), 64)
 
 
 def test_documented_command_copies_every_checkpoint(tmp_path):
@@ -63,7 +64,7 @@ def test_copy_replaces_stale_copies_only(tmp_path, capsys):
     assert "nld is not the shipped nld checkpoint" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("checkpoint,method,preset", evaluate.PRESETS, ids=[f"{c}-{m}" for c, m, _ in evaluate.PRESETS])
+@pytest.mark.parametrize("checkpoint,method,preset", quality.PRESETS, ids=[f"{c}-{m}" for c, m, _ in quality.PRESETS])
 def test_tokens_per_forward_on_held_out_prompts(checkpoint, method, preset):
     score = scores(checkpoint, method, preset)
     assert score.tokens_per_forward >= FLOORS[checkpoint, method], score.summary()
@@ -84,7 +85,7 @@ def test_output_bits_are_the_causal_loss_of_the_generated_tokens():
             ids = prompt + output
             logp = model(input_ids=torch.tensor([ids])).logits[0].float().log_softmax(-1)
             nats -= sum(logp[i - 1, ids[i]].item() for i in range(len(prompt), len(ids)))
-    assert evaluate.output_bits(model, prompts, outputs) == pytest.approx(nats / math.log(2) / 3, rel=1e-5)
+    assert quality.output_bits(model, prompts, outputs) == pytest.approx(nats / math.log(2) / 3, rel=1e-5)
 
 
 def test_jacobi_forcing_training_earns_jacobi_forwards():
@@ -97,9 +98,7 @@ def test_trained_raven_wavefront_saves_core_passes():
     """The shipped recurrent-depth checkpoint's latents converge: on held-out prompts at r = 32 the wavefront takes
     at least 4x fewer sequential core passes per token than `ar` (measured 6.55x on 8 prompts x 48 tokens) and
     mostly agrees with it; `adaptive` saves passes too, and `speculative` equals `ar` on its cache."""
-    from scripts import huginn_bench
-
-    report = huginn_bench.run(str(SHIPPED / "raven"), 32, 4, 32)
+    report = huginn.run(str(SHIPPED / "raven"), 32, 4, 32)
     rows = report["samplers"]
     assert report["convergence"][31] < 0.01  # relative latent change per recurrence at r = 32
     assert rows["wavefront"]["passes_saved_vs_ar"] >= 4 and rows["wavefront"]["agreement_with_ar"] >= 0.9, rows
@@ -111,9 +110,7 @@ def test_trained_asarm_needs_fewer_model_calls_than_sequential():
     """The shipped any-subset AR model's self-drafts are accepted: on held-out text (128 tokens, T = 1, k = 5) ASSD
     takes well under sequential decoding's model calls, continuing a 5% prompt and filling 95% holes in a random
     order (measured 0.78 and 0.43 of sequential's calls on 2 samples); never more calls than tokens (Theorem 1)."""
-    from scripts import assd_bench
-
-    report = assd_bench.run(str(SHIPPED / "asarm"), [128], 2, 5, 1.0)
+    report = assd.run(str(SHIPPED / "asarm"), [128], 2, 5, 1.0)
     rows = {(r["task"], r["drafter"]): r for r in report["runs"]}
     assert rows["continuation", "self"]["nfe_vs_sequential"] < 0.8, rows
     assert rows["infilling", "self"]["nfe_vs_sequential"] < 0.6, rows

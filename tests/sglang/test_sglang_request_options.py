@@ -12,8 +12,8 @@ from parallel_decoding.common.jacobi import JacobiConfig
 from parallel_decoding.sglang_plugin.requests import (
     ADJUSTMENTS,
     APPLIED_BY_DECODERS,
-    GRAMMARS,
     APPLIED_BY_SGLANG,
+    GRAMMARS,
     NEUTRAL_SAMPLING,
     check_request,
 )

@@ -1,16 +1,8 @@
-"""Huginn's samplers on a recurrent-depth checkpoint, reference runner, greedy, held-out prompts: sequential core
-passes per token (the cost that sets latency on a GPU), tokens/s on this machine and agreement with `ar`, plus the
-latent-convergence curve (relative change of the latent per recurrence); JSON + PNG, a progress bar.
+"""Huginn's samplers on a recurrent-depth checkpoint, greedy, held-out prompts: sequential core passes per token (what
+sets latency on a GPU), tokens/s here and agreement with `ar`, and the latent's relative change per recurrence."""
 
-    python -m scripts.huginn_bench --model DIR [--num-steps 32] [--prompts 8] [--max-tokens 48] \\
-        [--json out/huginn.json] [--png out/huginn.png]
-"""
-
-import argparse
 import dataclasses
-import json
 import time
-from pathlib import Path
 
 import torch
 from tqdm import tqdm
@@ -54,20 +46,21 @@ def convergence(model: RavenForCausalLM, prompts: list[list[int]], recurrences: 
     return (curve / len(prompts)).tolist()
 
 
-def run(model_dir: str, num_steps: int, prompt_count: int, max_tokens: int) -> dict:
-    model = RavenForCausalLM.from_pretrained(model_dir)
-    tokenizer = PreTrainedTokenizerFast.from_pretrained(model_dir)
-    prompts = [tokenizer.encode(p) for p in corpus.prompts(prompt_count)]
+def run(model: str, num_steps: int = 32, prompts: int = 8, max_tokens: int = 48) -> dict:
+    """Every sampler of `samplers(num_steps)` on `prompts` held-out prompts, and the convergence curve; printed."""
+    raven = RavenForCausalLM.from_pretrained(model)
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(model)
+    encoded = [tokenizer.encode(p) for p in corpus.prompts(prompts)]
     limits = Limits(max_tokens=max_tokens)
-    report: dict = {"model": str(model_dir), "num_steps": num_steps, "prompts": len(prompts),
-                    "max_tokens": max_tokens, "convergence": convergence(model, prompts, 2 * num_steps),
+    report: dict = {"model": str(model), "num_steps": num_steps, "prompts": len(encoded),
+                    "max_tokens": max_tokens, "convergence": convergence(raven, encoded, 2 * num_steps),
                     "samplers": {}}
     outputs: dict[str, list[list[int]]] = {}
     for name, config in tqdm(samplers(num_steps).items(), desc="samplers"):
         start, passes, tokens = time.perf_counter(), 0, 0
         outputs[name] = []
-        for i, ids in enumerate(prompts):
-            result = generate(model, ids, config, SamplingParams(seed=i), limits)
+        for i, ids in enumerate(encoded):
+            result = generate(raven, ids, config, SamplingParams(seed=i), limits)
             outputs[name].append(result.token_ids)
             passes, tokens = passes + result.core_passes, tokens + len(result.token_ids)
         seconds = time.perf_counter() - start
@@ -81,10 +74,15 @@ def run(model_dir: str, num_steps: int, prompt_count: int, max_tokens: int) -> d
     ar = report["samplers"]["ar"]["core_passes_per_token"]
     for row in report["samplers"].values():
         row["passes_saved_vs_ar"] = ar / row["core_passes_per_token"]
+    print(f"{'sampler':<16} {'passes/token':>12} {'x fewer':>8} {'tok/s':>7} {'= ar':>6}")
+    for name, row in report["samplers"].items():
+        print(f"{name:<16} {row['core_passes_per_token']:>12.2f} {row['passes_saved_vs_ar']:>8.2f} "
+              f"{row['tokens_per_second']:>7.1f} {row['agreement_with_ar']:>6.0%}")
     return report
 
 
 def plot(report: dict, path: str) -> None:
+    """The convergence curve beside each sampler's core passes per token and agreement."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -103,29 +101,3 @@ def plot(report: dict, path: str) -> None:
     right.set(ylabel="sequential core passes per token", title=f"samplers, r = {report['num_steps']}")
     fig.tight_layout()
     fig.savefig(path)
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m scripts.huginn_bench", description=__doc__.splitlines()[0])
-    parser.add_argument("--model", required=True)
-    parser.add_argument("--num-steps", type=int, default=32)
-    parser.add_argument("--prompts", type=int, default=8)
-    parser.add_argument("--max-tokens", type=int, default=48)
-    parser.add_argument("--json", default=None)
-    parser.add_argument("--png", default=None)
-    args = parser.parse_args()
-    report = run(args.model, args.num_steps, args.prompts, args.max_tokens)
-    print(f"{'sampler':<16} {'passes/token':>12} {'x fewer':>8} {'tok/s':>7} {'= ar':>6}")
-    for name, row in report["samplers"].items():
-        print(f"{name:<16} {row['core_passes_per_token']:>12.2f} {row['passes_saved_vs_ar']:>8.2f} "
-              f"{row['tokens_per_second']:>7.1f} {row['agreement_with_ar']:>6.0%}")
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
-    if args.png:
-        Path(args.png).parent.mkdir(parents=True, exist_ok=True)
-        plot(report, args.png)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,16 +1,7 @@
-"""Tokens per forward of Jacobi with and without rejection recycling, n = 16 / 32, K = 1 / 2, greedy, in one runner
-(`common/`'s reference, vLLM offline or SGLang's server), on the cyclic tiny model and on a trained checkpoint.
+"""Jacobi's tokens per forward (the prefill and every verify forward) with and without rejection recycling, n = 16 / 32,
+K = 1 / 2, greedy, in one runner: `common/`'s reference, vLLM offline (linear recycling only: its verifier takes one
+draft) or SGLang's server; on the cyclic tiny model (8 random prompts) or a checkpoint (held-out prompts)."""
 
-    python -m scripts.recycling_sweep --runner reference [--model DIR] [--json OUT.json]
-    python -m scripts.recycling_sweep --runner vllm [--model DIR]
-    .venv-sglang/bin/python -m scripts.recycling_sweep --runner sglang [--model DIR]
-
-Without `--model`, the cyclic model of `scripts.make_tiny_models.build_cyclic_model` (8 random prompts); with it,
-the checkpoint on the held-out prompts of `scripts.corpus`. Tokens per forward counts the prefill (the first token)
-and every verify forward. vLLM serves linear recycling only (its verifier takes one draft); the reference runs both.
-"""
-
-import argparse
 import json
 import random
 import tempfile
@@ -29,6 +20,7 @@ RECYCLING = {"reference": ("branches", "linear"), "vllm": ("linear",), "sglang":
 
 
 def settings_grid(runner: str) -> list[dict]:
+    """Jacobi's settings per (n, K): without the pool, and with it in each recycling mode `runner` serves."""
     grid = []
     for n in (16, 32):
         for k in (1, 2):
@@ -56,6 +48,7 @@ def workload(model_dir: str | None, root: Path) -> tuple[Path, Any, list[list[in
 
 
 def reference(model: Any, settings: dict | None, prompts: list[list[int]]) -> tuple[list[list[int]], int]:
+    """Outputs and forwards of Jacobi with `settings` (greedy AR where None) in the reference runner."""
     config = None if settings is None else parse_config("jacobi", settings)
     runs = [ReferenceRunner(model).run(make_decoder("ar" if settings is None else "jacobi", config, p,
                                                     SamplingParams(), Limits(MAX_TOKENS))) for p in prompts]
@@ -63,6 +56,7 @@ def reference(model: Any, settings: dict | None, prompts: list[list[int]]) -> tu
 
 
 def vllm(path: Path, settings: dict, prompts: list[list[int]]) -> tuple[list[list[int]], int]:
+    """Outputs and forwards (drafts verified, and each prefill) of vLLM offline."""
     from tests.support.vllm_engine import engine  # isort: split
     from vllm import SamplingParams as VllmSampling
     from vllm import TokensPrompt
@@ -79,6 +73,7 @@ def vllm(path: Path, settings: dict, prompts: list[list[int]]) -> tuple[list[lis
 
 
 def sglang(path: Path, settings: dict, prompts: list[list[int]]) -> tuple[list[list[int]], int]:
+    """Outputs and forwards (verify steps, and each prefill) of SGLang's server."""
     from concurrent.futures import ThreadPoolExecutor
 
     from scripts.sglang_server import CPU_ARGS, sglang_server
@@ -93,19 +88,14 @@ def sglang(path: Path, settings: dict, prompts: list[list[int]]) -> tuple[list[l
 RUNNERS = {"reference": reference, "vllm": vllm, "sglang": sglang}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m scripts.recycling_sweep", description=__doc__.splitlines()[0])
-    parser.add_argument("--runner", choices=sorted(RUNNERS), required=True)
-    parser.add_argument("--model", default=None, help="a checkpoint directory (default: the cyclic tiny model)")
-    parser.add_argument("--json", default=None)
-    args = parser.parse_args()
+def run(runner: str = "reference", model: str | None = None) -> list[dict]:
+    """Each setting of `settings_grid(runner)`: tokens per forward and how many outputs equal greedy AR's; printed."""
     with tempfile.TemporaryDirectory() as root:
-        path, model, prompts = workload(args.model, Path(root))
-        ar, _ = reference(model, None, prompts)
+        path, loaded, prompts = workload(model, Path(root))
+        ar, _ = reference(loaded, None, prompts)
         rows = []
-        for settings in tqdm(settings_grid(args.runner), desc=args.runner):
-            target = model if args.runner == "reference" else path
-            outputs, forwards = RUNNERS[args.runner](target, settings, prompts)
+        for settings in tqdm(settings_grid(runner), desc=runner):
+            outputs, forwards = RUNNERS[runner](loaded if runner == "reference" else path, settings, prompts)
             tokens = sum(map(len, outputs))
             same = sum(o == a[: len(o)] for o, a in zip(outputs, ar, strict=True))
             rows.append({**settings, "tokens_per_forward": round(tokens / forwards, 3), "equal_to_ar": same})
@@ -113,9 +103,4 @@ def main() -> None:
     for row in rows:
         print(f"{row['block_size']:>3} {row['num_blocks']:>2} {row['pool_size']:>4} {row.get('recycling', '-'):>9} "
               f"{row['tokens_per_forward']:>8.2f} {row['equal_to_ar']:>3}/{len(prompts)}")
-    if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")
-
-
-if __name__ == "__main__":
-    main()
+    return rows

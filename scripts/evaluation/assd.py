@@ -1,16 +1,9 @@
-"""ASSD against sequential any-order decoding of the same any-subset AR model (seed 004, Table 1), on held-out
-standard-library text: model calls (NFE), n-gram draft calls, tokens per model call and wall time, for left-to-right
-continuation (a 5% prompt, the rest generated left to right) and 95%-masked infilling (5% of the positions kept at
-random, the holes filled in a random order), at each sequence length; JSON + PNG, a progress bar.
+"""ASSD against sequential any-order decoding of the same any-subset AR model (seed 004, Table 1), on held-out text:
+model calls (NFE), n-gram draft calls, tokens per call and wall time, continuing a 5% prompt left to right and filling
+95% holes (5% of the positions kept at random) in a random order, at each sequence length."""
 
-    python -m scripts.assd_bench --model DIR [--lengths 128 512] [--samples 4] [--k 5] [--temperature 1.0] \\
-        [--json out/assd.json] [--png out/assd.png]
-"""
-
-import argparse
-import json
 import time
-from pathlib import Path
+from collections.abc import Sequence
 
 import torch
 from tqdm import tqdm
@@ -35,12 +28,15 @@ def masked(sequence: list[int], task: str, mask_id: int, generator: torch.Genera
     return [t if i in kept else mask_id for i, t in enumerate(sequence)]
 
 
-def run(model_dir: str, lengths: list[int], samples: int, k: int, temperature: float) -> dict:
-    model = XLNetLMHeadModel.from_pretrained(model_dir, dtype=torch.float32).eval()
-    tokenizer = PreTrainedTokenizerFast.from_pretrained(model_dir)
+def run(model: str, lengths: Sequence[int] = (128, 512), samples: int = 4, k: int = 5, temperature: float = 1.0
+        ) -> dict:
+    """Each length x task x drafter on `samples` windows, on at most 2 threads (the documented rows'); printed."""
+    torch.set_num_threads(min(torch.get_num_threads(), 2))
+    asarm = XLNetLMHeadModel.from_pretrained(model, dtype=torch.float32).eval()
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(model)
     mask_id = tokenizer.mask_token_id
     data = corpus.token_ids(tokenizer, corpus.files(held_out=True))
-    report: dict = {"model": model_dir, "k": k, "temperature": temperature, "samples": samples, "runs": []}
+    report: dict = {"model": model, "k": k, "temperature": temperature, "samples": samples, "runs": []}
     cases = [(n, task, drafter) for n in lengths for task in TASKS for drafter in DRAFTERS]
     for n, task, drafter in tqdm(cases, desc="assd bench"):
         config = AssdConfig(k=k, drafter=drafter, order=TASKS[task])
@@ -50,7 +46,7 @@ def run(model_dir: str, lengths: list[int], samples: int, k: int, temperature: f
             start = int(torch.randint(0, len(data) - n, (1,), generator=generator))
             tokens = masked(data[start : start + n].tolist(), task, mask_id, generator)
             began = time.perf_counter()
-            result = infill(model, tokens, mask_id, config, SamplingParams(temperature=temperature, seed=sample))
+            result = infill(asarm, tokens, mask_id, config, SamplingParams(temperature=temperature, seed=sample))
             totals["seconds"] += time.perf_counter() - began
             assert result.nfe <= result.generated  # Theorem 1 (n-gram drafts too: one call per iteration)
             for key in ("nfe", "draft_calls", "generated"):
@@ -62,10 +58,16 @@ def run(model_dir: str, lengths: list[int], samples: int, k: int, temperature: f
                     and r["drafter"] == "none")
         row["nfe_vs_sequential"] = row["nfe"] / base["nfe"]
         row["speedup"] = base["seconds"] / row["seconds"]
+    print(f"{'length':>6} {'task':<13} {'drafter':<8} {'NFE':>6} {'drafts':>6} {'tok/call':>8} {'NFE/seq':>8} "
+          f"{'speedup':>8}")
+    for r in report["runs"]:
+        print(f"{r['length']:>6} {r['task']:<13} {r['drafter']:<8} {r['nfe']:>6} {r['draft_calls']:>6} "
+              f"{r['tokens_per_call']:>8.2f} {r['nfe_vs_sequential']:>8.3f} {r['speedup']:>8.2f}")
     return report
 
 
 def plot(report: dict, path: str) -> None:
+    """Per length and task, each drafter's model calls and wall-clock speedup against sequential decoding."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -89,31 +91,3 @@ def plot(report: dict, path: str) -> None:
     fig.suptitle(f"ASSD, k = {report['k']}, T = {report['temperature']}")
     fig.tight_layout()
     fig.savefig(path)
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m scripts.assd_bench", description=__doc__.splitlines()[0])
-    parser.add_argument("--model", required=True, help="an XLNet AS-ARM, e.g. scripts/trained/asarm")
-    parser.add_argument("--lengths", type=int, nargs="+", default=[128, 512])
-    parser.add_argument("--samples", type=int, default=4)
-    parser.add_argument("--k", type=int, default=5)
-    parser.add_argument("--temperature", type=float, default=1.0)
-    parser.add_argument("--json", default=None)
-    parser.add_argument("--png", default=None)
-    args = parser.parse_args()
-    torch.set_num_threads(min(torch.get_num_threads(), 2))
-    report = run(args.model, args.lengths, args.samples, args.k, args.temperature)
-    print(f"{'length':>6} {'task':<13} {'drafter':<8} {'NFE':>6} {'drafts':>6} {'tok/call':>8} {'NFE/seq':>8} "
-          f"{'speedup':>8}")
-    for r in report["runs"]:
-        print(f"{r['length']:>6} {r['task']:<13} {r['drafter']:<8} {r['nfe']:>6} {r['draft_calls']:>6} "
-              f"{r['tokens_per_call']:>8.2f} {r['nfe_vs_sequential']:>8.3f} {r['speedup']:>8.2f}")
-    for path, write in ((args.json, lambda p: Path(p).write_text(json.dumps(report, indent=1) + "\n")),
-                        (args.png, lambda p: plot(report, p))):
-        if path:
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-            write(path)
-
-
-if __name__ == "__main__":
-    main()
