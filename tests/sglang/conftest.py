@@ -3,6 +3,7 @@ unless PD_REQUIRE_SGLANG=1 says they must run (then a missing SGLang fails them)
 
 import importlib.util
 import os
+from collections.abc import Iterator
 
 import pytest
 
@@ -17,3 +18,14 @@ def cpu_engine_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
     for name, value in cpu_env().items():
         monkeypatch.setenv(name, value)
+
+
+@pytest.fixture(scope="module")
+def module_engine_env() -> Iterator[None]:
+    """`cpu_engine_env` for a whole module (a module's AR reference is computed once)."""
+    from scripts.sglang_server import cpu_env
+
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in cpu_env().items():
+            patch.setenv(name, value)
+        yield

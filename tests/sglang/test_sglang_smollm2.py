@@ -9,7 +9,7 @@ Runs in the SGLang environment (see `tests/sglang/test_sglang_server.py`)."""
 import pytest
 import sglang
 
-from scripts.sglang_server import CPU_KWARGS, cpu_env
+from scripts.sglang_server import CPU_KWARGS
 from tests.support import ties
 
 MAX_TOKENS = 32
@@ -26,15 +26,6 @@ METHODS = {
 # adapter on its groups' rows only) ~1.6; ~1.0 where the adapter is not applied.
 MIN_TOKENS_PER_STEP = {"diffusion_self": 2.2, "diffusion_self_quadratic": 1.35}
 SWEEP = ("jacobi", "jacobi_recycling", "diffusion_self_quadratic")
-
-
-@pytest.fixture(scope="module")
-def engine_env():
-    """`cpu_engine_env` (tests/sglang/conftest.py) for the whole module (the AR reference is computed once)."""
-    with pytest.MonkeyPatch.context() as patch:
-        for name, value in cpu_env().items():
-            patch.setenv(name, value)
-        yield
 
 
 def run(model, mode: str | None, config: dict | None, prompt_ids: list[list[int]]) -> tuple[list[list[int]], int]:
@@ -56,12 +47,12 @@ def run(model, mode: str | None, config: dict | None, prompt_ids: list[list[int]
 
 
 @pytest.fixture(scope="module")
-def ar_float32(real_model, chats, engine_env):
+def ar_float32(real_model, chats, module_engine_env):
     return run(real_model, None, None, chats)[0]
 
 
 @pytest.mark.parametrize("method", [pytest.param(m, marks=pytest.mark.sweep) if m in SWEEP else m for m in METHODS])
-def test_lossless_equals_ar(real_model, chats, ar_float32, engine_env, method):
+def test_lossless_equals_ar(real_model, chats, ar_float32, module_engine_env, method):
     got, steps = run(real_model, *METHODS[method], chats)
     cuts = ties.compare_greedy(real_model, chats, got, ar_float32)
     print(f"{method}: {sum(c is not None for c in cuts)} of {len(cuts)} cut at a tie")

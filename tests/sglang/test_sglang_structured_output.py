@@ -11,7 +11,7 @@ import json
 import pytest
 import sglang
 
-from scripts.sglang_server import CPU_KWARGS, cpu_env
+from scripts.sglang_server import CPU_KWARGS
 from tests.support import structured
 
 METHODS = {
@@ -20,14 +20,6 @@ METHODS = {
                                           "adaptive": False}),
 }
 SWEEP = ("diffusion_self",)
-
-
-@pytest.fixture(scope="module")
-def engine_env():
-    with pytest.MonkeyPatch.context() as patch:
-        for name, value in cpu_env().items():
-            patch.setenv(name, value)
-        yield
 
 
 def generate(model, mode: str | None, config: dict | None, requests: list) -> tuple[list[tuple[list[int], bool]],
@@ -52,12 +44,12 @@ def requests(real_model):
 
 
 @pytest.fixture(scope="module")
-def ar(real_model, requests, engine_env):
+def ar(real_model, requests, module_engine_env):
     return [tokens for tokens, _ in generate(real_model, None, None, requests)[0]]
 
 
 @pytest.mark.parametrize("method", [pytest.param(m, marks=pytest.mark.sweep) if m in SWEEP else m for m in METHODS])
-def test_constrained_equals_constrained_ar(real_model, requests, ar, engine_env, method):
+def test_constrained_equals_constrained_ar(real_model, requests, ar, module_engine_env, method):
     got, steps = generate(real_model, *METHODS[method], requests)
     cuts = structured.check(real_model, requests, got, ar, method)
     tokens = sum(len(t) for t, _ in got)
