@@ -202,49 +202,47 @@ def run_sglang(model: str, spec: dict | None, batch_size: int, max_tokens: int, 
     }
 
 
-def run_reference(model: str, spec: dict | None, batch_size: int, max_tokens: int, rounds: int, prompts: list[str],
-                  dtype: str = "float32", device: str = "cpu") -> dict:
-    """`rounds` prompts one at a time in the reference runner (greedy, the config's draft adapter), after one
-    warm-up request."""
+def reference_run(model_dir: str, spec: dict | None, max_tokens: int, prompts: list[str], dtype: str = "float32",
+                  device: str = "cpu", warm_up: bool = False) -> dict:
+    """`prompts` one at a time in `common/`'s reference runner (greedy, the config's draft adapter; AR where `spec` is
+    None), after the first as a warm-up where asked: tokens per forward, p_cache, tokens and seconds."""
     import torch
 
     from parallel_decoding.common.reference_setup import reference_setup
     from parallel_decoding.common.sampling import SamplingParams
 
-    if batch_size != 1:
-        raise SystemExit("--engine reference runs one request at a time: give --batch-sizes 1")
     method, settings = (spec["method"], {k: v for k, v in spec.items() if k != "method"}) if spec else ("ar", {})
-    setup = reference_setup(model, method, settings, device=device, dtype=getattr(torch, dtype))
+    setup = reference_setup(model_dir, method, settings, device=device, dtype=getattr(torch, dtype))
     limits = setup.limits(max_tokens, stop_at_eos=False)
-    chosen = [prompts[r % len(prompts)] for r in range(rounds + 1)]
-    tokens = forwards = 0
+    tokens = forwards = generated = rows = 0
     seconds = 0.0
-    for index, prompt in enumerate(chosen):
+    for index, prompt in enumerate(prompts):
         decoder = setup.decoder(setup.tokenizer.encode(prompt), SamplingParams(), limits)
         result = setup.runner.run(decoder)
-        if index:  # the first request warms up
-            tokens, forwards = tokens + len(result.token_ids), forwards + result.forwards
-            seconds += result.seconds
-    return {"tokens_per_second": tokens / seconds, "tokens_per_forward": tokens / forwards, "p_cache": None,
-            "acceptance_length": None, "acceptance_histogram": None, "tokens": tokens, "seconds": seconds,
-            "planner": None}
+        if warm_up and index == 0:
+            continue
+        tokens, forwards, seconds = tokens + len(decoder.output), forwards + decoder.forwards, seconds + result.seconds
+        generated, rows = generated + len(decoder.output) - decoder.prefill_tokens, rows + decoder.decode_rows
+    return {"tokens_per_forward": tokens / forwards, "p_cache": generated / max(rows, 1), "tokens": tokens,
+            "seconds": seconds}
+
+
+def run_reference(model: str, spec: dict | None, batch_size: int, max_tokens: int, rounds: int, prompts: list[str],
+                  dtype: str = "float32", device: str = "cpu") -> dict:
+    """`--engine reference`: `rounds` prompts timed one at a time after a warm-up request."""
+    if batch_size != 1:
+        raise SystemExit("--engine reference runs one request at a time: give --batch-sizes 1")
+    chosen = [prompts[r % len(prompts)] for r in range(rounds + 1)]
+    run = reference_run(model, spec, max_tokens, chosen, dtype, device, warm_up=True)
+    return {**run, "tokens_per_second": run["tokens"] / run["seconds"], "acceptance_length": None,
+            "acceptance_histogram": None, "planner": None}
 
 
 def reference_costs(model_dir: str, spec: dict, max_tokens: int, prompts: list[str]) -> dict:
     """Tokens per forward and p_cache of one of our methods, from `common/`'s reference runner (greedy, with the
-    config's draft adapter)."""
-    from parallel_decoding.common.reference_setup import reference_setup
-    from parallel_decoding.common.sampling import SamplingParams
-
-    setup = reference_setup(model_dir, spec["method"], {k: v for k, v in spec.items() if k != "method"})
-    tokens = forwards = generated = rows = 0
-    for prompt in prompts:
-        decoder = setup.decoder(setup.tokenizer.encode(prompt), SamplingParams(),
-                                setup.limits(max_tokens, stop_at_eos=False))
-        setup.runner.run(decoder)
-        tokens, forwards = tokens + len(decoder.output), forwards + decoder.forwards
-        generated, rows = generated + len(decoder.output) - decoder.prefill_tokens, rows + decoder.decode_rows
-    return {"tokens_per_forward": tokens / forwards, "p_cache": generated / max(rows, 1)}
+    config's draft adapter): what the engine runs reproduce token for token."""
+    run = reference_run(model_dir, spec, max_tokens, prompts)
+    return {"tokens_per_forward": run["tokens_per_forward"], "p_cache": run["p_cache"]}
 
 
 def label(record: dict) -> str:
