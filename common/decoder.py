@@ -11,6 +11,7 @@ import torch
 from parallel_decoding.common import margins
 from parallel_decoding.common.acceptance import AcceptanceStats
 from parallel_decoding.common.errors import require
+from parallel_decoding.common.grammar import Grammar, accepts, masked
 from parallel_decoding.common.penalties import adjusted
 from parallel_decoding.common.row_stats import RowReading, RowStats
 from parallel_decoding.common.sampling import SamplingParams, choose
@@ -52,6 +53,7 @@ class Decoder(margins.DecisionMargins, ABC):
         self.prefill_tokens = 0
         self.acceptance = AcceptanceStats()
         self.margins: list[float] = []
+        self.grammar: Grammar | None = None  # structured output: set before the first forward (`common.grammar`)
         self._pending: Forward | None = None
 
     @property
@@ -94,8 +96,23 @@ class Decoder(margins.DecisionMargins, ABC):
     def next_forward(self) -> Forward:
         """What the next forward must contain."""
         assert not self.finished, "request already finished"
+        if self.grammar is not None and self.forwards:
+            self.settle(self.grammar)
         self._pending = self.prefill() if self.forwards == 0 else self.plan()
         return self._pending
+
+    def settle(self, grammar: Grammar) -> None:
+        """Before a forward under a grammar: undo decided tokens past the committed ones that the grammar rejects
+        (methods that decide tokens on rows the grammar could not mask, `common.grammar`, override it)."""
+
+    @property
+    def mask_token_id(self) -> int | None:
+        return getattr(getattr(self, "config", None), "mask_token_id", None)
+
+    @property
+    def reads_logits(self) -> bool:
+        """Whether its rows must reach `apply` as logits: penalties, biases or a grammar change them."""
+        return self.sampling.adjusts_logits or self.grammar is not None
 
     @property
     def reading(self) -> RowReading | None:
@@ -109,11 +126,13 @@ class Decoder(margins.DecisionMargins, ABC):
 
     def apply(self, logits: torch.Tensor | RowStats) -> Outcome:
         """Digest the logits of the planned forward's `logit_rows` (in that order), or the `RowStats` of them
-        where `reading` says the update reads those; logits get the request's penalties and biases first."""
+        where `reading` says the update reads those; logits get the request's penalties and biases first, then its
+        grammar's masks."""
+        assert not (self.reads_logits and isinstance(logits, RowStats)), "adjusted requests are digested from logits"
         if self.sampling.adjusts_logits:
-            assert not isinstance(logits, RowStats), "adjusted requests are digested from their logits"
-            logits = adjusted(logits, self.sampling, self.prompt, self.output, self._pending,
-                              getattr(getattr(self, "config", None), "mask_token_id", None))
+            logits = adjusted(logits, self.sampling, self.prompt, self.output, self._pending, self.mask_token_id)
+        if self.grammar is not None:
+            logits = masked(logits, self.grammar, self._pending, self.num_tokens, self.mask_token_id)
         reading = self.reading
         if reading is not None and not isinstance(logits, RowStats):
             logits = RowStats.of(logits, reading.excluded, keep_logits=not self.sampling.greedy,
@@ -170,10 +189,14 @@ class Decoder(margins.DecisionMargins, ABC):
         return rows.token[index]
 
     def commit(self, tokens: list[int]) -> list[int]:
-        """Append tokens up to the first EOS (inclusive) or max_tokens; return what was appended."""
+        """Append tokens up to the first EOS (inclusive) or max_tokens, advancing the grammar over them (it ends
+        where it terminates; a token it rejects is not appended, nor what follows); return what was appended."""
         room = self.limits.max_tokens - len(self.output)
         kept = tokens[:room]
         for i, token in enumerate(kept):
+            if self.grammar is not None and not self.grammar.is_terminated() and not accepts(self.grammar, token):
+                kept = kept[:i]
+                break
             if token in self.limits.eos_token_ids:
                 kept = kept[: i + 1]
                 self.finished = True

@@ -18,6 +18,7 @@ from parallel_decoding.common import margins
 from parallel_decoding.common.decoder import Decoder, Limits
 from parallel_decoding.common.draft_layout import DLM_TYPES, draft_rows
 from parallel_decoding.common.errors import require, require_mask_token
+from parallel_decoding.common.grammar import Grammar, valid_prefix
 from parallel_decoding.common.row_stats import RowReading, RowStats, padded
 from parallel_decoding.common.sampling import SamplingParams, choose
 from parallel_decoding.common.window import Attention, Forward, Outcome, causal_forward
@@ -69,6 +70,21 @@ class DiffusionDecoder(Decoder):
         self.block = torch.tensor([self.last_token] + [self.config.mask_token_id] * size)
         self._masked = torch.tensor([False] + [True] * size)
 
+    @property
+    def leading_revealed(self) -> int:
+        """Revealed slots before the block's first mask (the seed not counted)."""
+        masked = self._masked[1:].tolist()
+        return masked.index(True) if True in masked else len(masked)
+
+    def settle(self, grammar: Grammar) -> None:
+        """The first revealed slot the grammar rejects after the ones before it is masked again (its row was open)."""
+        if self.block is None:
+            return
+        run = self.leading_revealed
+        valid = valid_prefix(grammar, self.block[1 : 1 + run].tolist())
+        if valid < run:
+            self.block[1 + valid], self._masked[1 + valid] = self.config.mask_token_id, True
+
     def plan(self) -> Forward:
         if self.block is None:
             self._new_block()
@@ -80,6 +96,7 @@ class DiffusionDecoder(Decoder):
                 positions=torch.arange(start, start + n),
                 logit_rows=draft_rows(n - 1, self.config.dlm_type),
                 attention=Attention.BIDIRECTIONAL,
+                targets=torch.arange(start + 1, start + n),
             )
         return causal_forward(self.block.tolist(), start, [self.block.numel() - 1])
 
@@ -147,6 +164,9 @@ class DiffusionDecoder(Decoder):
             decoder.block[1:] = tail[j, : widths[j]]
             decoder._masked[1:] = masked[j, : widths[j]]
             decoder.note_margin(decision)
+            if decoder.grammar is not None:
+                decoder.settle(decoder.grammar)
+                run = decoder.leading_revealed
             settled = slots[:run]
             if len(settled) >= decoder.remaining or any(t in decoder.limits.eos_token_ids for t in settled):
                 decoder.block = None

@@ -79,6 +79,7 @@ def draft_window(seed: int, seed_position: int, width: int, config: DiffusionSel
         logit_rows=draft_rows(width, config.dlm_type),
         attention=Attention.BIDIRECTIONAL,
         adapter=DRAFT_ADAPTER if config.draft_adapter else None,
+        targets=torch.arange(seed_position + 1, seed_position + width + 1),
     )
 
 

@@ -4,7 +4,8 @@ up to its own and past what is committed (a WeDLM window's fills, a diffusion bl
 verify row follows), masks excluded. So a slot decided in a window sees penalties from the tokens before it, as AR's
 next token does, and a lossless method's verify row gets exactly AR's adjusted distribution.
 
-vLLM's definitions and order: tokens outside `allowed_token_ids` never chosen, `logit_bias` added, then the
+vLLM's definitions and order: tokens outside `allowed_token_ids` never chosen, the stop tokens never chosen by a row
+that predicts one of the first `min_tokens` output tokens (`Forward.predicted`), `logit_bias` added, then the
 repetition penalty (every token seen, prompt included: positive logits divided, negative ones multiplied), then the
 frequency and presence penalties (generated tokens only) subtracted."""
 
@@ -34,6 +35,9 @@ def adjusted(logits: torch.Tensor, params: SamplingParams, prompt: list[int], ou
         allowed = torch.zeros(vocab, dtype=torch.bool)
         allowed[list(params.allowed_token_ids)] = True
         logits[:, ~allowed.to(logits.device)] = float("-inf")
+    if params.min_tokens and params.stop_token_ids:
+        early = (forward.predicted - len(prompt) < params.min_tokens).to(logits.device)
+        logits[early.nonzero()[:, :1], list(params.stop_token_ids)] = float("-inf")
     if params.logit_bias:
         tokens, biases = zip(*params.logit_bias, strict=True)
         logits[:, list(tokens)] += torch.tensor(biases, device=logits.device)

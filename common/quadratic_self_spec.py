@@ -57,6 +57,7 @@ class QuadraticLayout:
     offsets: torch.Tensor
     logit_rows: torch.Tensor
     visible: torch.Tensor
+    targets: torch.Tensor  # the position each logit row predicts, past the chain's first
 
 
 @functools.cache
@@ -64,7 +65,7 @@ def quadratic_layout(m: int, block_size: int, dlm_type: str | None, grouped: boo
     """The layout of a chain of m tokens, with a group per chain token or (not `grouped`) the chain alone."""
     index = torch.arange(m)
     if not grouped:
-        return QuadraticLayout(index, index, index, torch.ones(m, m, dtype=torch.bool).tril())
+        return QuadraticLayout(index, index, index, torch.ones(m, m, dtype=torch.bool).tril(), index + 1)
     g = block_size + 1
     group, slot = index.repeat_interleave(g), torch.arange(g).repeat(m)  # each group row's chain token and slot
     owner = torch.cat([index, group])  # a chain row's own index, a group row's chain token
@@ -73,8 +74,9 @@ def quadratic_layout(m: int, block_size: int, dlm_type: str | None, grouped: boo
     before = owner[None, :] < owner[:, None] + (~in_group)[:, None].long()
     same_group = in_group[:, None] & in_group[None, :] & (owner[:, None] == owner[None, :])
     rows = torch.cat([index, (m + index[:, None] * g + draft_rows(block_size, dlm_type)).flatten()])
+    targets = torch.cat([index + 1, (index[:, None] + torch.arange(1, block_size + 1)).flatten()])
     return QuadraticLayout(torch.cat([index, torch.where(slot == 0, group, m)]), torch.cat([index, group + slot]),
-                           rows, (~in_group[None, :] & before) | same_group)
+                           rows, (~in_group[None, :] & before) | same_group, targets)
 
 
 def quadratic_forward(chain: list[int], start: int, config: QuadraticSelfSpecConfig, grouped: bool = True
@@ -85,7 +87,8 @@ def quadratic_forward(chain: list[int], start: int, config: QuadraticSelfSpecCon
     ids = torch.tensor([*chain, config.mask_token_id])[layout.source]
     adapter = DRAFT_ADAPTER if config.draft_adapter and grouped else None
     rows = torch.arange(len(chain), len(layout.source)) if adapter else None
-    return Forward(ids, layout.offsets + start, layout.logit_rows, Attention.CUSTOM, layout.visible, adapter, rows)
+    return Forward(ids, layout.offsets + start, layout.logit_rows, Attention.CUSTOM, layout.visible, adapter, rows,
+                   layout.targets + start)
 
 
 class QuadraticSelfSpecDecoder(Decoder):

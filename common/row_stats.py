@@ -111,14 +111,14 @@ def member_rows(starts: Sequence[int] | torch.Tensor, sizes: Sequence[int] | tor
 def apply_rows(decoders: Sequence["Decoder"], logits: torch.Tensor, sizes: Sequence[int]) -> list["Outcome"]:
     """Each decoder digests its `sizes[i]` consecutive rows of `logits` (any device). Greedy decoders that read
     `RowStats` get them from one pass per exclusion over all their rows and one copy to the host, and decide
-    together per method (`Decoder.apply_batch`); the others (sampled, or with penalties or biases) get their rows as
-    float32 on the host."""
+    together per method (`Decoder.apply_batch`); the others (sampled, or with penalties, biases or a
+    grammar) get their rows as float32 on the host."""
     starts = torch.tensor([0, *sizes]).cumsum(0).tolist()
     outcomes: list[Outcome | None] = [None] * len(decoders)
     batched: dict[tuple[int | None, type], list[int]] = {}
     for i, decoder in enumerate(decoders):
         reading = decoder.reading
-        if reading is not None and decoder.sampling.greedy and not decoder.sampling.adjusts_logits:
+        if reading is not None and decoder.sampling.greedy and not decoder.reads_logits:
             batched.setdefault((reading.excluded, type(decoder)), []).append(i)
         else:
             outcomes[i] = decoder.apply(logits[starts[i] : starts[i + 1]].float().cpu())

@@ -9,8 +9,9 @@ from parallel_decoding.common.errors import require
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """Temperature 0 means greedy; top_k 0 means no top-k cut. The penalties, `logit_bias` ((token, bias) pairs)
-    and `allowed_token_ids` (empty: all) adjust each row's logits before either (`common.penalties`)."""
+    """Temperature 0 means greedy; top_k 0 means no top-k cut. The penalties, `logit_bias` ((token, bias) pairs),
+    `allowed_token_ids` (empty: all) and `min_tokens` (the `stop_token_ids` never chosen for the first
+    `min_tokens` output tokens) adjust each row's logits before either (`common.penalties`)."""
 
     temperature: float = 0.0
     top_p: float = 1.0
@@ -21,12 +22,15 @@ class SamplingParams:
     repetition_penalty: float = 1.0
     logit_bias: tuple[tuple[int, float], ...] = ()
     allowed_token_ids: tuple[int, ...] = ()
+    min_tokens: int = 0
+    stop_token_ids: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         require(self.temperature >= 0, "temperature", ">= 0", self.temperature)
         require(0 < self.top_p <= 1, "top_p", "in (0, 1]", self.top_p)
         require(self.top_k >= 0, "top_k", ">= 0", self.top_k)
         require(self.repetition_penalty > 0, "repetition_penalty", "> 0", self.repetition_penalty)
+        require(self.min_tokens >= 0, "min_tokens", ">= 0", self.min_tokens)
 
     @property
     def greedy(self) -> bool:
@@ -34,9 +38,9 @@ class SamplingParams:
 
     @property
     def adjusts_logits(self) -> bool:
-        """Whether a penalty, bias or allowed-token list changes the logits."""
+        """Whether a penalty, bias, allowed-token list or minimum length changes the logits."""
         return bool(self.presence_penalty or self.frequency_penalty or self.repetition_penalty != 1
-                    or self.logit_bias or self.allowed_token_ids)
+                    or self.logit_bias or self.allowed_token_ids or (self.min_tokens and self.stop_token_ids))
 
     def generator(self) -> torch.Generator:
         """A CPU generator seeded from `seed` (fresh entropy when None)."""

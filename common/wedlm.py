@@ -16,6 +16,7 @@ import torch
 from parallel_decoding.common import margins
 from parallel_decoding.common.decoder import Decoder, Limits
 from parallel_decoding.common.errors import require, require_mask_token
+from parallel_decoding.common.grammar import Grammar, valid_prefix
 from parallel_decoding.common.row_stats import RowReading, RowStats, padded
 from parallel_decoding.common.sampling import SamplingParams, choose
 from parallel_decoding.common.window import Forward, Outcome, causal_forward
@@ -71,6 +72,12 @@ class WeDLMDecoder(Decoder):
         """Physical order of the slots: filled first, masks after, each in slot order."""
         return [i for i, f in enumerate(self.filled) if f] + [i for i, f in enumerate(self.filled) if not f]
 
+    def settle(self, grammar: Grammar) -> None:
+        """The first filled slot the grammar rejects after the ones before it is a mask again (its row was open)."""
+        valid = valid_prefix(grammar, self.slots[: self.leading_filled])
+        if valid < self.leading_filled:
+            self.slots[valid], self.filled[valid] = self.config.mask_token_id, False
+
     def prefill(self) -> Forward:
         return causal_forward(self.prompt, 0, [])
 
@@ -90,10 +97,12 @@ class WeDLMDecoder(Decoder):
         self._refill(self.leading_filled)
         order = self.order
         n_filled = sum(self.filled)
+        positions = torch.tensor(order, dtype=torch.long) + self.num_tokens
         return Forward(
             token_ids=torch.tensor([self.slots[i] for i in order]),
-            positions=torch.tensor(order) + self.num_tokens,
+            positions=positions,
             logit_rows=torch.arange(n_filled, len(order)),
+            targets=positions[n_filled:],  # a mask row predicts its own slot
         )
 
     def reads(self, forward: Forward) -> RowReading:

@@ -55,8 +55,10 @@ class WeDLMSpecDecoder(Decoder):
         return max(min(self.config.window, useful, self.room - m), 0)
 
     def plan(self) -> Forward:
-        tokens = [self.last_token, *self.window_tokens]
-        return causal_forward(tokens, self.num_tokens - 1, list(range(len(tokens))))
+        tokens, start = [self.last_token, *self.window_tokens], self.num_tokens - 1
+        positions = torch.arange(start, start + len(tokens))
+        chain = torch.arange(len(tokens)) <= self.drafts.numel()  # its rows predict the next; a mask its own slot
+        return causal_forward(tokens, start, list(range(len(tokens))), targets=positions + chain.long())
 
     def update(self, logits: torch.Tensor) -> Outcome:
         m = self.drafts.numel()

@@ -26,6 +26,7 @@ class Forward:
     mask: torch.Tensor | None = None
     adapter: str | None = None
     adapter_rows: torch.Tensor | None = None  # indices of the rows the adapter applies to (None: every row)
+    targets: torch.Tensor | None = None  # the logical position each logit row predicts (None: its own + 1, causal)
 
     def __post_init__(self) -> None:
         if (self.attention is Attention.CUSTOM) != (self.mask is not None):
@@ -34,6 +35,11 @@ class Forward:
     @property
     def num_tokens(self) -> int:
         return int(self.token_ids.numel())
+
+    @property
+    def predicted(self) -> torch.Tensor:
+        """The logical position each logit row predicts."""
+        return self.positions[self.logit_rows] + 1 if self.targets is None else self.targets
 
     def visibility(self) -> torch.Tensor:
         """Boolean [n, n]: row i may attend to forwarded row j."""
@@ -80,7 +86,7 @@ def after_rows(forward: Forward | None, token_ids: list[int], start: int) -> For
         return Forward(token_ids=torch.cat([rows.token_ids, forward.token_ids]),
                        positions=torch.cat([rows.positions, forward.positions]),
                        logit_rows=forward.logit_rows + n, adapter=forward.adapter,
-                       adapter_rows=shifted(forward.adapter_rows, n))
+                       adapter_rows=shifted(forward.adapter_rows, n), targets=forward.targets)
     mask = torch.zeros(n + m, n + m, dtype=torch.bool)
     mask[:n, :n] = rows.visibility()
     mask[n:, :n] = True
@@ -93,6 +99,7 @@ def after_rows(forward: Forward | None, token_ids: list[int], start: int) -> For
         mask=mask,
         adapter=forward.adapter,
         adapter_rows=shifted(forward.adapter_rows, n),
+        targets=forward.targets,
     )
 
 

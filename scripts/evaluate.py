@@ -9,6 +9,7 @@ Each suite is a module of scripts/evaluation/ whose `run` parameters are the fla
         [--temperature 1.0] [--json out/assd.json] [--png out/assd.png]
     python -m scripts.evaluate --suite recycling [--runner reference] [--model DIR] [--json OUT]
     .venv-sglang/bin/python -m scripts.evaluate --suite recycling --runner sglang [--model DIR]
+    python -m scripts.evaluate --suite structured [--model DIR] [--prompts 40] [--device cpu] [--json OUT]
 """
 
 import argparse
@@ -18,9 +19,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from scripts.evaluation import assd, huginn, quality, recycling
+from scripts.evaluation import assd, huginn, quality, recycling, structured
 
-SUITES = {"quality": quality, "huginn": huginn, "assd": assd, "recycling": recycling}
+SUITES = {"quality": quality, "huginn": huginn, "assd": assd, "recycling": recycling, "structured": structured}
 REQUIRED = inspect.Parameter.empty
 
 
@@ -51,11 +52,13 @@ def parser() -> argparse.ArgumentParser:
                         help="quality: the tiny checkpoints' tokens per forward, agreement with AR and bits per token; "
                              "huginn: Huginn's samplers' sequential core passes per token; assd: ASSD's model calls "
                              "against sequential any-order decoding; recycling: Jacobi's tokens per forward with and "
-                             "without rejection recycling (default: %(default)s)")
+                             "without rejection recycling; structured: each method with and without structured-output "
+                             "constraints on the real model (default: %(default)s)")
     for flag, text, options in [
         ("models", "a directory holding ar/ nld/ wedlm/ jacobi_forcing/", {"metavar": "DIR"}),
         ("model", "a checkpoint: a Raven for huginn, an XLNet AS-ARM for assd, any for recycling, which without it "
-                  "builds the cyclic tiny model", {"metavar": "DIR"}),
+                  "builds the cyclic tiny model, a chat model with a draft adapter for structured (default: "
+                  "SmolLM2)", {"metavar": "DIR"}),
         ("prompts", "how many held-out prompts", {"type": int, "metavar": "N"}),
         ("max_tokens", "tokens generated per prompt", {"type": int, "metavar": "N"}),
         ("device", "torch device", {}),

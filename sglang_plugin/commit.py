@@ -1,7 +1,7 @@
 """Modes whose `common/` decoder commits on SGLang (WeDLM windows, NLD block diffusion, Jacobi with rejection
 recycling): each request keeps its decoder, every decode step forwards the decoder's planned window and the
 decoder's commits are the step's tokens (possibly none), sampled with the decoder's own seeded generator as
-`common.generate` samples.
+`common.generate` samples, under the request's structured output if it has one (`own_grammar`, `common.grammar`).
 
 SGLang holds the KV of all its tokens but the last; a decoder may count more tokens as cached than SGLang's
 pool has (KV written in scratch slots, or never written). Those rows are recomputed at the front of the next
@@ -162,6 +162,7 @@ class CommitWorker(PluginWorker):
                 limits = Limits(max_tokens=req.sampling_params.max_new_tokens - len(req.output_ids),
                                 context=self.model_runner.model_config.context_len)
                 decoder = make_decoder(self.mode, self.config, prompt, sampling_of(req, adjustments=True), limits)
+                decoder.grammar = own_grammar(req)
                 forward = decoder.next_forward()
                 decoder.apply(logits[row][None][forward.logit_rows - (len(prompt) - 1)].float().cpu())
                 state = PooledDecoder(decoder, len(prompt), len(req.output_ids), asked=asked(req), logged=len(prompt))
@@ -190,6 +191,18 @@ class CommitWorker(PluginWorker):
             if state is not None:
                 decoder = state.decoder
                 state.pooled = min(length, decoder.num_tokens - 1 if decoder.finished else decoder.cache_len)
+
+
+def own_grammar(req: Any) -> Any:
+    """A committing decoder's grammar: a fresh copy of the request's SGLang grammar object (which SGLang advances
+    over the tokens it is handed, behind the decoder), past the output so far (a retracted request's); None where
+    the request has no constraint."""
+    if req.grammar is None:
+        return None
+    grammar = req.grammar.copy()
+    for token in req.output_ids:
+        grammar.accept_token(token)
+    return grammar
 
 
 def note_logprobs(states: list[PooledDecoder | None], windows: list[Forward | None], logits: torch.Tensor | None

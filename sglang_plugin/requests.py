@@ -1,8 +1,9 @@
 """Per-request settings our modes do not apply, refused before a request is queued (SGLang answers 400 with the
 message) instead of being ignored or failing inside the scheduler. `return_logprob` every mode reports
-(`sglang_plugin.logprobs`). The modes whose decoder commits (`sglang_plugin.commit`) apply the penalties and
-`logit_bias` (`common.penalties`: vLLM's formulas, each slot with the tokens before it as its history); the
-verifying modes apply structured output (`common.grammar`)."""
+(`sglang_plugin.logprobs`). The modes whose decoder commits (`sglang_plugin.commit`) apply the penalties,
+`logit_bias` and `min_new_tokens` (`common.penalties`: vLLM's formulas, each slot with the tokens before it as its
+history); every mode but `huginn` applies structured output (`common.grammar`: the verify worker with SGLang's
+grammar objects, the committing decoders with a copy of them each)."""
 
 from typing import Any
 
@@ -16,9 +17,9 @@ NEUTRAL_SAMPLING = {"min_p": 0.0, "frequency_penalty": 0.0, "presence_penalty": 
 # three sets (`tests/sglang/test_sglang_request_options.py`).
 APPLIED_BY_DECODERS = {"temperature", "top_p", "top_k", "sampling_seed"}
 # What the committing modes' decoders also apply (`sampling_of(req, adjustments=True)`); the others refuse them.
-ADJUSTMENTS = {"frequency_penalty", "presence_penalty", "repetition_penalty", "logit_bias"}
-# Structured output, which the verifying modes apply (`sglang_plugin.verify.constrained`, SGLang's own grammar
-# objects); the committing modes refuse it.
+ADJUSTMENTS = {"frequency_penalty", "presence_penalty", "repetition_penalty", "logit_bias", "min_new_tokens"}
+# Structured output, which every mode but `huginn` applies (`sglang_plugin.verify.constrained` and
+# `sglang_plugin.commit.own_grammar`, over SGLang's own grammar objects).
 GRAMMARS = {"json_schema", "regex", "ebnf", "structural_tag"}
 APPLIED_BY_SGLANG = {"max_new_tokens", "stop", "stop_token_ids", "stop_regex", "n", "ignore_eos", "skip_special_tokens",
                      "spaces_between_special_tokens", "no_stop_trim", "stream_interval", "custom_params",
@@ -36,14 +37,14 @@ def check_request(manager: Any, obj: Any, *_: Any, **__: Any) -> None:
 
     mode, config = decode_settings(manager.server_args)
     adjusts = commits(mode, config)
-    verifies = method_spec(mode).kind == "step" and not adjusts  # the verify worker, which applies grammars
+    constrains = method_spec(mode).kind == "step"  # every decoder but Huginn's applies a grammar
     if getattr(obj, "token_ids_logprob", None):
         raise ValueError(f"token_ids_logprob is not supported with --decode-mode {mode}")
     if obj.custom_logit_processor:
         raise ValueError(f"custom_logit_processor is not supported with --decode-mode {mode}")
     params = obj.sampling_params or {}
     for name, neutral in NEUTRAL_SAMPLING.items():
-        if (name in ADJUSTMENTS and adjusts) or (name in GRAMMARS and verifies):
+        if (name in ADJUSTMENTS and adjusts) or (name in GRAMMARS and constrains):
             continue
         value = params.get(name)
         if value is not None and value != neutral and value != {}:

@@ -24,7 +24,8 @@ from parallel_decoding.sglang_plugin.logprobs import Entry, decode_output, fill_
 
 def sampling_of(req: Any, adjustments: bool = False) -> SamplingParams:
     """SGLang's per-request sampling settings in `common/`'s terms (SGLang stores greedy as top_k 1);
-    `adjustments`: with its penalties and logit bias, for a mode whose decoder commits (`common.penalties`)."""
+    `adjustments`: with its penalties, logit bias and minimum length, for a mode whose decoder commits
+    (`common.penalties`; a retracted request's decoder starts past its output so far)."""
     params = req.sampling_params
     top_k = params.top_k if 0 < params.top_k < (1 << 30) else 0
     seed = getattr(params, "sampling_seed", None)
@@ -38,7 +39,17 @@ def sampling_of(req: Any, adjustments: bool = False) -> SamplingParams:
     return replace(sampling, presence_penalty=float(params.presence_penalty),
                    frequency_penalty=float(params.frequency_penalty),
                    repetition_penalty=float(params.repetition_penalty),
-                   logit_bias=tuple(sorted((int(t), float(b)) for t, b in (params.logit_bias or {}).items())))
+                   logit_bias=tuple(sorted((int(t), float(b)) for t, b in (params.logit_bias or {}).items())),
+                   min_tokens=max(int(params.min_new_tokens) - len(req.output_ids), 0), stop_token_ids=stop_ids(req))
+
+
+def stop_ids(req: Any) -> tuple[int, ...]:
+    """What SGLang's `min_new_tokens` holds back: the request's stop tokens and its EOS ids."""
+    ids = set(req.sampling_params.stop_token_ids or ()) | set(req.eos_token_ids or ())
+    tokenizer = getattr(req, "tokenizer", None)
+    if tokenizer is not None:
+        ids |= set(tokenizer.additional_stop_token_ids or ()) | {tokenizer.eos_token_id}
+    return tuple(sorted(i for i in ids if i is not None))
 
 
 def window_mask(starts: torch.Tensor, visible: torch.Tensor, cached: int) -> torch.Tensor:

@@ -5,8 +5,9 @@ draft tokens (its RoPE positions rewritten to the plan's logical ones); the deco
 logits in place of vLLM's sampler and its committed tokens are the step's output. The decoders sample with
 their own seeded generators, so a seeded request gives the tokens `common.generate` gives.
 
-A request vLLM preempts keeps its decoder: the steps that recompute its KV commit nothing, and a step that
-schedules only part of a window (vLLM's token budget) commits nothing and the window is planned again.
+A request's structured output is its decoder's grammar (`vllm_plugin.grammars`). A request vLLM preempts keeps its
+decoder: the steps that recompute its KV commit nothing, and a step that schedules only part of a window (vLLM's
+token budget) commits nothing and the window is planned again.
 """
 
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from parallel_decoding.common.decoder import Decoder, Limits
 from parallel_decoding.common.methods import make_decoder
 from parallel_decoding.common.row_stats import apply_rows
 from parallel_decoding.common.window import Forward, causal_forward
+from parallel_decoding.vllm_plugin.grammars import Grammars
 from parallel_decoding.vllm_plugin.logprobs import CommittedStep, committed_logprobs
 from parallel_decoding.vllm_plugin.proposer import PluginProposer, request_sampling
 
@@ -43,6 +45,7 @@ class CommitProposer(PluginProposer):
         super().__init__(vllm_config)
         self.requests: dict[str, CommitRequest]
         self.max_model_len: int = vllm_config.model_config.max_model_len
+        self.grammars = Grammars(vllm_config)
 
     def start(self, runner: Any, req_id: str) -> CommitRequest:
         """A decoder for a request whose prompt has just been prefilled, seeded as `common.generate` seeds."""
@@ -50,6 +53,7 @@ class CommitProposer(PluginProposer):
         sampling = request_sampling(request.sampling_params, adjustments=True)
         limits = Limits(max_tokens=request.sampling_params.max_tokens, context=self.max_model_len - self.context_margin)
         decoder = make_decoder(self.method, self.config, list(request.prompt_token_ids), sampling, limits)
+        decoder.grammar = self.grammars.matcher(request.sampling_params)
         self.requests[req_id] = state = CommitRequest(decoder, decoder.next_forward())
         return state
 

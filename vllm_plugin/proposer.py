@@ -21,8 +21,9 @@ DRAFT_SEED_STRIDE = 0x9E3779B97F4A7C15
 
 def request_sampling(params: Any, adjustments: bool = False) -> SamplingParams:
     """A vLLM request's sampling parameters as `common/` reads them (vLLM's near-zero temperature is greedy);
-    `adjustments`: with its penalties and allowed tokens, for a decoder that commits by its own rule (a lossless
-    method's target is adjusted by vLLM's own sampler; `logit_bias` vLLM refuses with speculative decoding)."""
+    `adjustments`: with its penalties, allowed tokens and minimum length (over vLLM's stop tokens), for a decoder
+    that commits by its own rule (a lossless method's target is adjusted by vLLM's own sampler; `logit_bias` vLLM
+    refuses with speculative decoding)."""
     temperature = params.temperature if params.temperature >= GREEDY_EPS else 0.0
     sampling = SamplingParams(temperature=temperature, top_p=params.top_p, top_k=max(params.top_k, 0),
                               seed=params.seed)
@@ -30,7 +31,8 @@ def request_sampling(params: Any, adjustments: bool = False) -> SamplingParams:
         return sampling
     return replace(sampling, presence_penalty=params.presence_penalty, frequency_penalty=params.frequency_penalty,
                    repetition_penalty=params.repetition_penalty,
-                   allowed_token_ids=tuple(params.allowed_token_ids or ()))
+                   allowed_token_ids=tuple(params.allowed_token_ids or ()), min_tokens=params.min_tokens,
+                   stop_token_ids=tuple(sorted(params.all_stop_token_ids)))
 
 
 class PluginProposer(runner_hooks.Hooked):

@@ -1,8 +1,10 @@
 """Per-request settings `wedlm`, `diffusion`, `huginn` and quadratic `diffusion_self` do not apply (their decoders
 replace vLLM's sampler and its logits processors), refused by name before a request is queued: the offline API
-raises, the OpenAI server answers 400. Their decoders apply the penalties and `allowed_token_ids`
-(`common.penalties`, each slot with the tokens before it as its history), except Huginn's; `logit_bias`, which they
-could apply too, vLLM refuses with any speculative method. `logprobs` they report
+raises, the OpenAI server answers 400. Their decoders apply the penalties, `allowed_token_ids` and `min_tokens`
+(`common.penalties`, each slot with the tokens before it as its history) and structured output (`common.grammar`,
+xgrammar backend only: the constraint travels to the worker in `extra_args`, out of vLLM's scheduler, which would
+cut a window at its first mask), except Huginn's; `logit_bias`, which they could apply too, vLLM refuses with any
+speculative method. `logprobs` they report
 (`vllm_plugin.logprobs`; `huginn`'s are those of the distribution each token was chosen from), and
 `prompt_logprobs` from their causal prefill (all but `wedlm`).
 
@@ -23,8 +25,11 @@ NEUTRAL = {"presence_penalty": 0.0, "frequency_penalty": 0.0, "repetition_penalt
            "trace_decode_token_ids": None}
 # What they report all the same.
 REPORTED = {"logprobs", "prompt_logprobs"}
-# What the step methods' decoders apply (`common.penalties`); Huginn's sampler does not.
-ADJUSTMENTS = {"presence_penalty", "frequency_penalty", "repetition_penalty", "allowed_token_ids"}
+# What the step methods' decoders apply (`common.penalties`, `common.grammar`); Huginn's sampler does not.
+ADJUSTMENTS = {"presence_penalty", "frequency_penalty", "repetition_penalty", "allowed_token_ids", "min_tokens",
+               "structured_outputs"}
+# Where a committing method's request carries its constraint to the worker: [option name, spec].
+GRAMMAR_KEY = "parallel_decoding_grammar"
 # What their decoders apply (`vllm_plugin.proposer.request_sampling`), and what vLLM applies outside its sampler
 # (fan-out, stop checks, detokenizing, streaming, output formats, its own bookkeeping): every other field of
 # `vllm.SamplingParams` is in NEUTRAL (`tests/vllm/test_request_options.py` holds the three sets to vLLM's fields).
@@ -60,11 +65,35 @@ def check(method: str, params: Any, committing: bool) -> None:
                                       f"or {neutral!r}, got {value!r}", parameter=name, value=value)
 
 
+def carry_grammar(params: Any, settings: Any) -> None:
+    """Move a validated request's structured output (its own copy of the parameters) into `extra_args`, for a
+    committing method's decoder to apply in the worker (`vllm_plugin.grammars`). `settings`: the engine's
+    `structured_outputs_config`; a reasoning parser that holds the grammar back until the reasoning ends is refused
+    (the decoders apply it from the first token)."""
+    from vllm.exceptions import VLLMValidationError
+    from vllm.v1.structured_output.request import get_structured_output_key
+
+    constraint = params.structured_outputs
+    if constraint is None or constraint.all_constraints_none():
+        return
+    if constraint._backend != "xgrammar":
+        raise VLLMValidationError(f"structured_outputs is applied with the xgrammar backend only under a committing "
+                                  f"method, got backend {constraint._backend!r}", parameter="structured_outputs")
+    if settings.reasoning_parser and not settings.enable_in_reasoning:
+        raise VLLMValidationError("structured_outputs is not applied after a reasoning parser's reasoning under a "
+                                  "committing method: serve without --reasoning-parser, or with "
+                                  "enable_in_reasoning", parameter="structured_outputs")
+    option, spec = get_structured_output_key(constraint)
+    params.extra_args = {**(params.extra_args or {}), GRAMMAR_KEY: [option.name, spec]}
+    params.structured_outputs = None
+
+
 def install() -> None:
-    """Wrap `InputProcessor._validate_params` (idempotent); requests to engines without our method pass through."""
+    """Wrap `InputProcessor._validate_params` and `process_inputs` (idempotent); requests to engines without our
+    method pass through."""
     from vllm.v1.engine.input_processor import InputProcessor
 
-    validate = InputProcessor._validate_params
+    validate, process = InputProcessor._validate_params, InputProcessor.process_inputs
     if getattr(validate, "parallel_decoding", False):
         return
 
@@ -75,5 +104,14 @@ def install() -> None:
             check(ours["method"], params, ours["committing"])
         return validate(self, params, *args, **kwargs)
 
+    @functools.wraps(process)
+    def process_ours(self: Any, *args: Any, **kwargs: Any) -> Any:
+        request = process(self, *args, **kwargs)
+        ours = (self.vllm_config.additional_config or {}).get(ADDITIONAL_CONFIG_KEY)
+        if ours is not None and ours["committing"] and request.sampling_params is not None:
+            carry_grammar(request.sampling_params, self.vllm_config.structured_outputs_config)
+        return request
+
     validate_ours.parallel_decoding = True
     InputProcessor._validate_params = validate_ours
+    InputProcessor.process_inputs = process_ours

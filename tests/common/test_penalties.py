@@ -120,3 +120,31 @@ def test_committing_methods_apply_them(llama, prompts, method, settings):
             for p in prompts[:6]]
     assert outputs["penalised"] != outputs["plain"]
     assert outputs["penalised"] == outputs["recomputed"]
+
+
+@pytest.mark.parametrize(("method", "settings"), [
+    ("ar", None),
+    ("wedlm", {"window": 6, "entropy_threshold": 2.0}),
+    ("diffusion", {"block_size": 6, "confidence_threshold": 0.2}),
+    ("diffusion_self", {"num_speculative_tokens": 3, "mode": "quadratic"}),
+])
+def test_min_tokens_hold_back_the_stop_tokens(llama, prompts, method, settings):
+    """A stop token the output reaches at its third token ends it there; with `min_tokens` 8 no row predicting one
+    of the first 8 tokens chooses it (each row's predicted position), and quadratic's output is AR's under it."""
+    model, tokenizer = llama
+    config = None if settings is None else parse_config(method, settings, mask_token_id=model.config.mask_token_id)
+    runner = ReferenceRunner(model)
+
+    def run(ids, sampling, limits):
+        return runner.run(make_decoder(method, config, ids, sampling, limits)).token_ids
+
+    for prompt in prompts[:4]:
+        ids = tokenizer.encode(prompt)
+        stop = run(ids, SamplingParams(), Limits(MAX_TOKENS))[2]
+        limits = Limits(MAX_TOKENS, eos_token_ids=(stop,))
+        assert len(run(ids, SamplingParams(), limits)) <= 3
+        held = SamplingParams(min_tokens=8, stop_token_ids=(stop,))
+        tokens = run(ids, held, limits)
+        assert len(tokens) >= 8 and stop not in tokens[:8], tokens
+        if method == "diffusion_self":
+            assert tokens == ar(model, ids, held)[0][: len(tokens)]

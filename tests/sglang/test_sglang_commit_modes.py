@@ -3,8 +3,8 @@
 stop tokens and max_tokens end a request inside a window as the reference decoder ends it; the KV the modes commit,
 reused through SGLang's radix cache, continues as a fresh prefill would; the OpenAI endpoints
 (completions with stop strings, streaming, chat) give the text `/generate` gives, and logprobs; the penalties and
-`logit_bias` give the reference runner's tokens under them; settings the modes do not apply (min_p, structured
-output) are refused per request with a 400.
+`logit_bias`, and `min_new_tokens`, give the reference runner's tokens under them; a setting the modes do not apply
+(min_p) is refused per request with a 400.
 
 Runs in the SGLang environment (see `tests/sglang/test_sglang_server.py`)."""
 
@@ -21,7 +21,7 @@ from parallel_decoding.common.runner import ReferenceRunner, Result
 from parallel_decoding.common.sampling import SamplingParams
 from scripts.sglang_server import sglang_server
 from tests.support import ties
-from tests.support.reference_cli import MAX_TOKENS, SEED, reference, settings
+from tests.support.reference_cli import HELD, MAX_TOKENS, SEED, held_reference, reference, settings
 from tests.support.sglang_client import generate
 
 STOP_AT = 9
@@ -95,8 +95,9 @@ def test_equals_reference(engine_dir, prompts, tmp_path, spec):
     assert any(len(r.token_ids) < MAX_TOKENS and len(r.token_ids) != 7 for _, _, r in stops) or not stops
 
 
-# sampling parameters the commit modes' decoders would not apply, each refused with a 400 naming it
-UNAPPLIED = [("min_p", 0.1), ("min_new_tokens", 3), ("json_schema", '{"type": "object"}'), ("regex", "[a-z]+")]
+# sampling parameters the commit modes' decoders would not apply, each refused with a 400 naming it (structured output
+# and `min_new_tokens` they apply: `test_sglang_structured_output.py`, and below)
+UNAPPLIED = [("min_p", 0.1)]
 # the penalties and a bias, which they apply (`common.penalties`), as SGLang takes them and as `common/` does
 ADJUSTED = {"presence_penalty": 0.5, "frequency_penalty": 0.4, "repetition_penalty": 1.5, "logit_bias": {"5": 2.0}}
 REFERENCE_ADJUSTED = SamplingParams(presence_penalty=0.5, frequency_penalty=0.4, repetition_penalty=1.5,
@@ -116,6 +117,7 @@ def test_openai_endpoints_give_the_generate_text(engine_dir, prompts, spec):
     model = engine_dir["qwen3"]
     _, tokenizer = load(model)
     chats = [[{"role": "user", "content": p}] for p in prompts[:8]]
+    stop_tokens, held_tokens, held_margins = held_reference(model, spec, prompts[:4])
     with sglang_server(model, spec["method"], settings(spec)) as client, ThreadPoolExecutor(8) as pool:
         full = [out["text"] for out in pool.map(lambda p: generate(client, p), prompts[:8])]
         stops = [text[len(text) // 2 : len(text) // 2 + 3] for text in full]
@@ -138,7 +140,12 @@ def test_openai_endpoints_give_the_generate_text(engine_dir, prompts, spec):
         again = generate(client, prompts[0])["text"]
         adjusted = [out["output_ids"] for out in pool.map(lambda p: generate(client, p, **ADJUSTED), prompts[:8])]
         plain = [out["output_ids"] for out in pool.map(lambda p: generate(client, p), prompts[:8])]
+        held = [out["output_ids"] for out in pool.map(lambda ps: generate(
+            client, ps[0], min_new_tokens=HELD, stop_token_ids=[ps[1]]),
+            zip(prompts[:4], stop_tokens, strict=True))]
     ties.compare(adjusted, *adjusted_reference(model, spec, prompts[:8]))  # the penalties and bias applied
+    ties.compare(held, held_tokens, held_margins)  # min_new_tokens: a stop token held back
+    assert all(len(tokens) >= HELD for tokens in held)
     assert adjusted != plain
     assert [(c.text, c.finish_reason) for c in stopped] == [(t[: t.index(s)], "stop") for t, s in zip(full, stops,
                                                                                                       strict=True)]

@@ -47,7 +47,7 @@ def test_each_unapplied_option_is_refused_by_name(name, monkeypatch):
         with pytest.raises(ValueError, match=name):
             check_request(manager, request)
     monkeypatch.setattr(cli, "decode_settings", lambda args: ("wedlm", None))  # its decoder commits
-    if name in ADJUSTMENTS:
+    if name in ADJUSTMENTS | GRAMMARS:
         check_request(manager, request)
     else:
         with pytest.raises(ValueError, match=name):

@@ -1,8 +1,13 @@
-"""Structured output under the verifying modes on SGLang (`tests/support/structured.py`): 20 JSON-schema and 20
-regex requests on the real model (SmolLM2-135M-Instruct, float32), each mode's output valid under its constraint and
-equal to SGLang's own AR under the same constraint (tie-aware, on the grammar-masked margins). Our verify worker
-masks each chain row with the request's grammar after the drafts before it (`common.grammar`); SGLang's scheduler
-advances the grammar over what a step commits. The twin of `tests/vllm/test_vllm_structured_output.py`.
+"""Structured output on SGLang (`tests/support/structured.py`), the twin of `tests/vllm/test_vllm_structured_output.py`.
+
+Verifying modes: 20 JSON-schema and 20 regex requests on the real model (SmolLM2-135M-Instruct, float32), each
+mode's output valid under its constraint and equal to SGLang's own AR under the same constraint (tie-aware, on the
+grammar-masked margins). Our verify worker masks each chain row with the request's grammar after the drafts before
+it (`common.grammar`); SGLang's scheduler advances the grammar over what a step commits.
+
+Committing modes: each decoder applies the constraint with its own copy of SGLang's grammar object
+(`sglang_plugin.commit.own_grammar`), so the output equals the reference runner's under the same constraint and is
+valid: `wedlm` on its trained tiny checkpoint in CI, `diffusion` a sweep.
 
 Runs in the SGLang environment (see `tests/sglang/test_sglang_server.py`)."""
 
@@ -12,14 +17,19 @@ import pytest
 import sglang
 
 from scripts.sglang_server import CPU_KWARGS
+from scripts.trained_models import SHIPPED
 from tests.support import structured
 
 METHODS = {
     "jacobi": ("jacobi", {"block_size": 8, "adaptive": False}),
     "diffusion_self": ("diffusion_self", {"num_speculative_tokens": 8, "draft_adapter": "draft_lora",
                                           "adaptive": False}),
+    # Committing decoders (`own_grammar`), lossless: equal to AR under the constraint too.
+    "jacobi_recycling": ("jacobi", {"block_size": 8, "pool_size": 4, "adaptive": False}),
+    "quadratic": ("diffusion_self", {"mode": "quadratic", "num_speculative_tokens": 3, "draft_adapter": "draft_lora"}),
 }
-SWEEP = ("diffusion_self",)
+SWEEP = ("diffusion_self", "jacobi_recycling", "quadratic")
+COMMITTING = {"wedlm": ("wedlm", {"window": 8}), "diffusion": ("nld", {"block_size": 8})}  # checkpoint, config
 
 
 def generate(model, mode: str | None, config: dict | None, requests: list) -> tuple[list[tuple[list[int], bool]],
@@ -56,3 +66,14 @@ def test_constrained_equals_constrained_ar(real_model, requests, ar, module_engi
     print(f"{method}: {sum(c is not None for c in cuts)} of {len(cuts)} cut at a tie, {tokens} tokens in {steps} "
           "verify steps")
     assert tokens > steps + len(got), "no draft accepted: the constrained verify was not exercised"
+
+
+@pytest.mark.parametrize("mode", ["wedlm", pytest.param("diffusion", marks=pytest.mark.sweep)])
+def test_committing_equals_the_constrained_reference(module_engine_env, mode):
+    checkpoint, config = COMMITTING[mode]
+    path = SHIPPED / checkpoint
+    requests = structured.requests(path)
+    want, margins = structured.reference(path, {"method": mode, **config}, requests)
+    got, _ = generate(path, mode, config, requests)
+    cuts = structured.check(path, requests, got, want, mode, margins)
+    print(f"{mode}: {sum(c is not None for c in cuts)} of {len(cuts)} cut at a tie")

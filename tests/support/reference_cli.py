@@ -29,3 +29,33 @@ def reference(model_dir: str | Path, spec: dict, prompts: list[str], tmp_path: P
     records = json.loads(out.read_text())
     margins = [[math.inf if m is None else m for m in record["margins"]] for record in records]
     return [record["token_ids"] for record in records], margins
+
+
+HELD = 8  # `min_tokens` of the engine tests: the stop tokens held back for the first 8 output tokens
+
+
+def held_reference(model_dir: str | Path, spec: dict | None, prompts: list[str]
+                   ) -> tuple[list[int], list[list[int]], list[list[float]]]:
+    """Per prompt, a stop token its plain greedy output (spec None: AR's) reaches third, and the reference runner's
+    tokens and margins when that token and EOS end the request and are held back for the first `HELD` tokens."""
+    from parallel_decoding.common.checkpoint import eos_token_ids, load
+    from parallel_decoding.common.decoder import Limits
+    from parallel_decoding.common.methods import make_decoder, parse_config
+    from parallel_decoding.common.runner import ReferenceRunner
+    from parallel_decoding.common.sampling import SamplingParams
+
+    model, tokenizer = load(model_dir)
+    method = "ar" if spec is None else spec["method"]
+    config = None if spec is None else parse_config(method, json.loads(settings(spec)),
+                                                    mask_token_id=model.config.mask_token_id)
+    runner, eos = ReferenceRunner(model), eos_token_ids(model, tokenizer)
+    stops, tokens, margins = [], [], []
+    for prompt in prompts:
+        ids = tokenizer.encode(prompt)
+        stop = runner.run(make_decoder(method, config, ids, SamplingParams(), Limits(MAX_TOKENS))).token_ids[2]
+        held = SamplingParams(min_tokens=HELD, stop_token_ids=(stop, *eos))
+        result = runner.run(make_decoder(method, config, ids, held, Limits(MAX_TOKENS, eos_token_ids=(stop, *eos))))
+        stops.append(stop)
+        tokens.append(result.token_ids)
+        margins.append(result.margins)
+    return stops, tokens, margins

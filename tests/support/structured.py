@@ -1,100 +1,50 @@
-"""Structured-output requests for the engine tests (20 JSON schemas and 20 regexes over chat prompts to the real
-model) and their checks: xgrammar's own matcher walked along an output (every token accepted, the grammar ended
-where the request stopped) and the top-2 margins of the grammar-masked distribution, for `ties.compare`."""
+"""The structured-output tests' checks: xgrammar's own matcher walked along an output (every token accepted, the
+grammar ended where the request stopped) and the top-2 margins of the grammar-masked distribution, for
+`ties.compare`; and the reference runner's outputs under the same constraints, which a committing method's engine
+path must equal. The requests themselves are `scripts.structured_requests`'."""
 
-import json
 from pathlib import Path
 
 import torch
-import xgrammar as xgr
-from transformers import AutoTokenizer
 
-from parallel_decoding.common import margins as slack
+from parallel_decoding.common.checkpoint import eos_token_ids, load
+from parallel_decoding.common.methods import parse_config
+from parallel_decoding.common.runner import ReferenceRunner
+from scripts.structured_requests import Grammars, decode, requests
 from tests.support import ties
 
-FIELDS = [("name", {"type": "string"}), ("age", {"type": "integer"}), ("city", {"type": "string"}),
-          ("score", {"type": "number"}), ("active", {"type": "boolean"}),
-          ("color", {"enum": ["red", "green", "blue"]}), ("tags", {"type": "array", "items": {"type": "string"},
-                                                                  "maxItems": 3}),
-          ("year", {"type": "integer", "minimum": 1900, "maximum": 2100})]
+__all__ = ["Grammars", "check", "decode", "reference", "requests"]
 
 
-def schema(i: int) -> dict:
-    """The i-th JSON schema: two or three of `FIELDS`, all required."""
-    fields = [FIELDS[(i + j) % len(FIELDS)] for j in range(2 + i % 2)]
-    return {"type": "object", "properties": dict(fields), "required": [name for name, _ in fields]}
-
-
-SCHEMAS = [schema(i) for i in range(20)]
-REGEXES = [r"\(\d{3}\) \d{3}-\d{4}", r"\d{4}-\d{2}-\d{2}", r"([01]\d|2[0-3]):[0-5]\d", r"#[0-9a-f]{6}",
-           r"(\d{1,3}\.){3}\d{1,3}", r"\d{5}", r"(yes|no)", r"-?\d+", r"\d+\.\d{2}", r"[A-Z][a-z]+( [A-Z][a-z]+)?",
-           r"[a-z]{3,8}@[a-z]{3,8}\.com", r"v\d+\.\d+\.\d+", r"(Monday|Tuesday|Wednesday|Thursday|Friday)",
-           r"[A-Z]{3}-\d{3}", r"\$\d{1,4}", r"(true|false)", r"\d{1,2}/\d{1,2}/\d{4}", r"[a-z]+(_[a-z]+){1,2}",
-           r"(low|medium|high)", r"[A-Z]{2}\d{2} [A-Z]{3}"]
-TOPICS = ["a famous painter", "a small town", "a video game", "a chemistry teacher", "a football club",
-          "an old castle", "a jazz musician", "a bakery", "a river", "a software library"]
-JSON_TOKENS, REGEX_TOKENS = 40, 20
-
-
-def requests(model_dir: str | Path) -> list[tuple[list[int], dict, int]]:
-    """(prompt ids, the constraint as {"json": schema} or {"regex": pattern}, max tokens) per request."""
-    from scripts import chat_prompts
-
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    out = []
-    for i, spec in enumerate(SCHEMAS):
-        fields = ", ".join(spec["properties"])
-        text = f"Describe {TOPICS[i % len(TOPICS)]} as a JSON object with the fields {fields}."
-        out.append((chat_prompts.render(tokenizer, text), {"json": spec}, JSON_TOKENS))
-    for i, regex in enumerate(REGEXES):
-        text = f"Give one example value matching /{regex}/ for {TOPICS[i % len(TOPICS)]}."
-        out.append((chat_prompts.render(tokenizer, text), {"regex": regex}, REGEX_TOKENS))
-    return out
-
-
-class Grammars:
-    """xgrammar matchers for the requests' constraints on the real model's vocabulary."""
-
-    def __init__(self, model_dir: str | Path, vocab_size: int) -> None:
-        info = xgr.TokenizerInfo.from_huggingface(AutoTokenizer.from_pretrained(model_dir), vocab_size=vocab_size)
-        self.compiler = xgr.GrammarCompiler(info)
-        self.vocab_size = vocab_size
-
-    def matcher(self, constraint: dict) -> xgr.GrammarMatcher:
-        if "json" in constraint:
-            return xgr.GrammarMatcher(self.compiler.compile_json_schema(json.dumps(constraint["json"])))
-        return xgr.GrammarMatcher(self.compiler.compile_regex(constraint["regex"]))
-
-    def walk(self, constraint: dict, tokens: list[int], logits: torch.Tensor | None = None) -> tuple[bool, bool,
-                                                                                                     list[float]]:
-        """Whether every token is accepted, whether the grammar ended there, and (with the teacher-forced `logits`)
-        each position's top-2 margin among the tokens the grammar allows there."""
-        matcher, bitmask, margins = self.matcher(constraint), xgr.allocate_token_bitmask(1, self.vocab_size), []
-        for i, token in enumerate(tokens):
-            if logits is not None:
-                matcher.fill_next_token_bitmask(bitmask)
-                row = logits[i : i + 1].clone()
-                xgr.apply_token_bitmask_inplace(row, bitmask)
-                margins.append(slack.top2(row))
-            if not matcher.accept_token(token):
-                return False, False, margins
-        return True, matcher.is_terminated(), margins
+def reference(model_dir: str | Path, spec: dict, requests: list) -> tuple[list[list[int]], list[list[float]]]:
+    """Tokens and decision margins of the reference runner (float32) for `requests` under their constraints, with
+    an engine's speculative config `spec` (its method and settings)."""
+    model, tokenizer = load(model_dir, dtype=torch.float32)
+    mask = model.config.mask_token_id
+    settings = {k: v for k, v in spec.items() if k not in ("method", "adaptive")}
+    config = parse_config(spec["method"], settings, mask_token_id=mask if mask is not None else tokenizer.mask_token_id)
+    runner, grammars = ReferenceRunner(model), Grammars(model_dir, model.config.vocab_size)
+    eos = eos_token_ids(model, tokenizer)
+    results = [decode(runner, grammars, spec["method"], config, p, c, n, eos) for p, c, n in requests]
+    return [r.token_ids for r in results], [r.margins for r in results]
 
 
 def check(model_dir: str | Path, requests: list, got: list[tuple[list[int], bool]], want: list[list[int]],
-          label: str) -> list[int | None]:
+          label: str, margins: list[list[float]] | None = None) -> list[int | None]:
     """Every output of `got` (tokens, whether it stopped before `max_tokens`) valid under its request's
-    constraint, and equal to `want` (AR under the same constraint) up to a near-tie of the masked distribution."""
+    constraint, and equal to `want` up to a near-tie: AR's under the same constraint, on the margins of the masked
+    distribution along it, or (with their `margins`) the reference runner's for a committing method."""
     model = ties._model(str(model_dir))
     grammars = Grammars(model_dir, model.config.vocab_size)
-    margins = []
+    found = []
     for (prompt, constraint, _), (tokens, stopped), reference in zip(requests, got, want, strict=True):
-        with torch.inference_mode():
-            logits = model(input_ids=torch.tensor([prompt + reference[:-1]])).logits[0, len(prompt) - 1 :].float()
-        accepted, _, reference_margins = grammars.walk(constraint, reference, logits)
-        assert accepted, f"AR broke its own constraint: {reference}"
-        margins.append(reference_margins)
+        if margins is None:
+            with torch.inference_mode():
+                logits = model(input_ids=torch.tensor([prompt + reference[:-1]])).logits[0, len(prompt) - 1 :]
+            accepted, _, reference_margins = grammars.walk(constraint, reference, logits.float())
+            assert accepted, f"AR broke its own constraint: {reference}"
+            found.append(reference_margins)
         accepted, ended, _ = grammars.walk(constraint, tokens)
         assert accepted, f"{label}: a token the grammar rejects in {tokens}"
         assert ended or not stopped, f"{label}: stopped before the grammar ended: {tokens}"
-    return ties.compare([t for t, _ in got], want, margins)
+    return ties.compare([t for t, _ in got], want, found if margins is None else margins)

@@ -51,3 +51,30 @@ def test_each_unapplied_option_is_refused_by_name(name):
         with pytest.raises(VLLMValidationError, match=name):
             check("wedlm", params, committing=True)
     check("jacobi", params, committing=False)  # the lossless methods leave them to vLLM's rejection sampler
+
+
+def test_committing_methods_carry_the_grammar_past_the_scheduler():
+    """A validated constraint moves into `extra_args` (vLLM's scheduler would check a window's tokens as drafts);
+    another backend, or a reasoning parser that holds the grammar back, is refused by name."""
+    from types import SimpleNamespace
+
+    from vllm import SamplingParams
+    from vllm.exceptions import VLLMValidationError
+    from vllm.sampling_params import StructuredOutputsParams
+
+    from parallel_decoding.vllm_plugin.requests import GRAMMAR_KEY, carry_grammar
+
+    plain = SimpleNamespace(reasoning_parser="", enable_in_reasoning=False)
+
+    def params(backend: str) -> SamplingParams:
+        constraint = StructuredOutputsParams(regex="[ab]+")
+        constraint._backend = backend
+        return SamplingParams(structured_outputs=constraint, extra_args={"mine": 1})
+
+    carried = params("xgrammar")
+    carry_grammar(carried, plain)
+    assert carried.structured_outputs is None and carried.extra_args == {"mine": 1, GRAMMAR_KEY: ["REGEX", "[ab]+"]}
+    with pytest.raises(VLLMValidationError, match="structured_outputs"):
+        carry_grammar(params("guidance"), plain)
+    with pytest.raises(VLLMValidationError, match="structured_outputs"):
+        carry_grammar(params("xgrammar"), SimpleNamespace(reasoning_parser="deepseek_r1", enable_in_reasoning=False))

@@ -19,7 +19,7 @@ from parallel_decoding.common.sampling import SamplingParams as ReferenceSamplin
 from parallel_decoding.vllm_plugin.commit import CommitProposer
 from parallel_decoding.vllm_plugin.metrics import acceptance
 from tests.support import ties
-from tests.support.reference_cli import MAX_TOKENS, SEED, reference, settings
+from tests.support.reference_cli import HELD, MAX_TOKENS, SEED, held_reference, reference, settings
 from tests.support.vllm_cases import STOP_AT
 
 SPECS = [
@@ -153,9 +153,10 @@ def generated(model_dir, speculative: dict | None, prompts: list[str], params: l
 
 def test_penalties_equal_the_reference(engine_dir, prompts):
     """`wedlm` applies the penalties and allowed tokens in its decoder, each slot with the tokens before it as its
-    history: vLLM's output equals the reference runner's under the same settings, in a batch with plain requests,
-    and differs from the plain output; plain AR in vLLM under them equals the reference's AR (the same formulas as
-    vLLM's sampler)."""
+    history, and `min_tokens` by each slot's position: vLLM's output equals the reference runner's under the same
+    settings, in a batch with plain requests, and differs from the plain output (under `min_tokens`, a stop token the
+    plain output reaches third is held back); plain AR in vLLM under them equals the reference's AR (the same
+    formulas as vLLM's sampler)."""
     spec = SPECS[0]
     allowed = list(range(3, 400))
     batch = prompts[:8]
@@ -163,6 +164,12 @@ def test_penalties_equal_the_reference(engine_dir, prompts):
     plain = SamplingParams(temperature=0, max_tokens=MAX_TOKENS)
     for method, speculative in (("wedlm", spec), ("ar", None)):
         want, margins = adjusted_reference(engine_dir["qwen3"], method, spec, batch, allowed)
-        got = generated(engine_dir["qwen3"], speculative, batch + batch, [adjusted] * len(batch) + [plain] * len(batch))
+        stops, held, held_margins = held_reference(engine_dir["qwen3"], speculative, batch[:4])
+        held_params = [SamplingParams(temperature=0, max_tokens=MAX_TOKENS, min_tokens=HELD, stop_token_ids=[stop])
+                       for stop in stops]
+        got = generated(engine_dir["qwen3"], speculative, batch + batch + batch[:4],
+                        [adjusted] * len(batch) + [plain] * len(batch) + held_params)
         ties.compare(got[: len(batch)], want, margins)
-        assert got[: len(batch)] != got[len(batch):]
+        assert got[: len(batch)] != got[len(batch) : 2 * len(batch)]
+        ties.compare(got[2 * len(batch) :], held, held_margins)  # min_tokens: stop tokens held back
+        assert all(len(tokens) >= HELD for tokens in got[2 * len(batch) :])

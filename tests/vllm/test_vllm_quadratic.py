@@ -42,8 +42,8 @@ def test_trained_nld_greedy_equals_ar_and_accepts_as_the_reference():
     with engine(model_dir, SPEC) as llm:
         got = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True))
         stats = acceptance(llm)
-        with pytest.raises(VLLMValidationError, match="min_tokens"):  # its decoder picks the tokens
-            llm.generate(prompts[:1], SamplingParams(max_tokens=4, min_tokens=2))
+        with pytest.raises(VLLMValidationError, match="bad_words"):  # its decoder picks the tokens
+            llm.generate(prompts[:1], SamplingParams(max_tokens=4, bad_words=["the"]))
     ties.compare_greedy(model_dir, [tokenizer.encode(p) for p in prompts],
                         [list(o.outputs[0].token_ids) for o in got], want)
     assert stats.num_accepted_tokens == sum(d.acceptance.num_accepted_tokens for d in reference_decoders)

@@ -1,8 +1,13 @@
-"""Structured output under the lossless methods on vLLM (`tests/support/structured.py`): 20 JSON-schema and 20 regex
-requests on the real model (SmolLM2-135M-Instruct, float32), each method's output valid under its constraint and
-equal to vLLM's own AR under the same constraint (tie-aware, on the grammar-masked margins). vLLM masks every
-verified row and drops the drafts the grammar rejects before they are forwarded; our proposers see what is left.
-`jacobi` runs in CI, `diffusion_self` is a sweep."""
+"""Structured output on vLLM (`tests/support/structured.py`).
+
+Lossless methods: 20 JSON-schema and 20 regex requests on the real model (SmolLM2-135M-Instruct, float32), each
+method's output valid under its constraint and equal to vLLM's own AR under the same constraint (tie-aware, on the
+grammar-masked margins). vLLM masks every verified row and drops the drafts the grammar rejects before they are
+forwarded; our proposers see what is left. `jacobi` runs in CI, `diffusion_self` is a sweep.
+
+Committing methods: their decoders apply the constraint (`vllm_plugin.grammars`, `common.grammar`), so the engine's
+output equals the reference runner's under the same constraint, and is valid: `wedlm` on its trained tiny checkpoint
+in CI; `diffusion` (tiny) and quadratic `diffusion_self` (SmolLM2, where it is lossless: equal to AR) are sweeps."""
 
 import pytest
 
@@ -12,6 +17,7 @@ from vllm import SamplingParams
 from vllm.sampling_params import StructuredOutputsParams
 
 from parallel_decoding.vllm_plugin.metrics import acceptance
+from scripts.trained_models import SHIPPED
 from tests.support import structured
 
 METHODS = {
@@ -20,6 +26,8 @@ METHODS = {
                        "adaptive": False},
 }
 ENGINE = {"max_model_len": 1024, "kv_cache_memory_bytes": 256 << 20}
+COMMITTING = {"wedlm": ("wedlm", {"method": "wedlm", "window": 8}),
+              "diffusion": ("nld", {"method": "diffusion", "block_size": 8})}  # trained tiny checkpoint, config
 
 
 def generate(model, spec: dict | None, requests: list, stats: list | None = None) -> list[tuple[list[int], bool]]:
@@ -52,3 +60,22 @@ def test_constrained_equals_constrained_ar(real_model, requests, ar, method):
     drafts = stats[0].num_accepted_tokens
     print(f"{method}: {sum(c is not None for c in cuts)} of {len(cuts)} cut at a tie, {drafts} drafts accepted")
     assert drafts >= 40, "too few drafts accepted for the constrained verify to have been exercised"
+
+
+@pytest.mark.parametrize("method", ["wedlm", pytest.param("diffusion", marks=pytest.mark.sweep)])
+def test_committing_equals_the_constrained_reference(method):
+    checkpoint, spec = COMMITTING[method]
+    path = SHIPPED / checkpoint
+    requests = structured.requests(path)
+    want, margins = structured.reference(path, spec, requests)
+    cuts = structured.check(path, requests, generate(path, spec, requests), want, method, margins)
+    print(f"{method}: {sum(c is not None for c in cuts)} of {len(cuts)} cut at a tie")
+
+
+@pytest.mark.sweep
+def test_quadratic_equals_constrained_ar(real_model, requests, ar):
+    spec = {"method": "diffusion_self", "mode": "quadratic", "num_speculative_tokens": 3,
+            "draft_adapter": "draft_lora"}
+    got = generate(real_model, spec, requests)
+    cuts = structured.check(real_model, requests, got, ar, "quadratic")
+    print(f"quadratic: {sum(c is not None for c in cuts)} of {len(cuts)} cut at a tie")

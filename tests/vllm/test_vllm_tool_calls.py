@@ -2,20 +2,18 @@
 (several tokens per step reach the server's tool-call streaming as one delta) and not, returns the same parsed call
 (name and arguments) as vLLM's AR server on the real model (SmolLM2-135M-Instruct, float32, the `hermes` parser).
 vLLM constrains a forced call to the parser's format through its structured output, which the lossless methods take
-(`tests/vllm/test_vllm_structured_output.py`); the committing methods refuse structured output, so a forced tool
-choice with them is refused (400)."""
+(`tests/vllm/test_vllm_structured_output.py`) and the committing methods' decoders apply (`common.grammar`): under
+`wedlm` a named call is well formed (the tool's name, arguments that parse as a JSON object). CI runs `wedlm`'s;
+the equality with AR (`jacobi`, `diffusion_self`) is a sweep."""
+
+import json
 
 import pytest
 
+from scripts.trained_models import SHIPPED
 from scripts.vllm_server import vllm_server
+from tests.support.tools import CHOICES, calls
 
-TOOLS = [{"type": "function", "function": {
-    "name": "get_weather", "description": "The current weather in a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"},
-                                                   "unit": {"enum": ["celsius", "fahrenheit"]}},
-                   "required": ["city", "unit"]}}}]
-QUESTIONS = ["What's the weather in Paris?", "Is it cold in Oslo today?", "Should I take an umbrella in Lima?"]
-CHOICES = [{"type": "function", "function": {"name": "get_weather"}}, "required"]
 ARGS = ["--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--dtype", "float32", "--enforce-eager",
         "--max-model-len", "1024", "--kv-cache-memory-bytes", str(256 << 20)]
 METHODS = {
@@ -25,32 +23,30 @@ METHODS = {
 }
 
 
-def calls(model, spec: dict | None) -> list[tuple[str, str, str, str]]:
-    """Per question and tool choice: (name, arguments) not streamed, then (name, arguments) joined from the
-    streamed deltas."""
-    out = []
+def served_calls(model, spec: dict | None) -> list[tuple[str, str, str, str]]:
     with vllm_server(model, spec, extra_args=ARGS) as client:
-        for question, choice in ((q, c) for q in QUESTIONS for c in CHOICES):
-            request = {"model": "tiny", "messages": [{"role": "user", "content": question}], "tools": TOOLS,
-                       "tool_choice": choice, "max_tokens": 96, "temperature": 0}
-            call = client.chat.completions.create(**request).choices[0].message.tool_calls[0].function
-            name = arguments = ""
-            for chunk in client.chat.completions.create(**request, stream=True):
-                for delta in (chunk.choices[0].delta.tool_calls or []) if chunk.choices else []:
-                    name += delta.function.name or ""
-                    arguments += delta.function.arguments or ""
-            out.append((call.name, call.arguments, name, arguments))
-    return out
+        return calls(client)
 
 
 @pytest.fixture(scope="module")
 def ar(real_model):
-    return calls(real_model, None)
+    return served_calls(real_model, None)
 
 
-@pytest.mark.parametrize("method", [pytest.param(m, marks=pytest.mark.sweep) if m == "diffusion_self" else m
-                                    for m in METHODS])
+@pytest.mark.sweep  # two servers; CI's tool call is `wedlm`'s below
+@pytest.mark.parametrize("method", list(METHODS))
 def test_tool_calls_equal_ar(real_model, ar, method):
-    got = calls(real_model, METHODS[method])
+    got = served_calls(real_model, METHODS[method])
     assert got == ar
     assert all(name == streamed == "get_weather" and arguments for name, arguments, streamed, _ in got), got
+
+
+def test_wedlm_tool_calls_well_formed():
+    """WeDLM windows on its trained tiny checkpoint: a named tool choice returns a call of that tool whose
+    arguments parse as a JSON object, streamed and not. (The hermes format's constraint leaves the arguments' keys
+    free, as AR shows; a `required` choice lets this model open call after call up to max_tokens.)"""
+    with vllm_server(SHIPPED / "wedlm", {"method": "wedlm", "window": 8}, extra_args=ARGS) as client:
+        got = calls(client, CHOICES[:1])
+    for name, arguments, streamed_name, streamed in got:
+        assert name == streamed_name == "get_weather"
+        assert isinstance(json.loads(arguments), dict) and json.loads(streamed) == json.loads(arguments), arguments
