@@ -4,10 +4,13 @@ up to its own and past what is committed (a WeDLM window's fills, a diffusion bl
 verify row follows), masks excluded. So a slot decided in a window sees penalties from the tokens before it, as AR's
 next token does, and a lossless method's verify row gets exactly AR's adjusted distribution.
 
-vLLM's definitions and order: tokens outside `allowed_token_ids` never chosen, the stop tokens never chosen by a row
-that predicts one of the first `min_tokens` output tokens (`Forward.predicted`), `logit_bias` added, then the
-repetition penalty (every token seen, prompt included: positive logits divided, negative ones multiplied), then the
-frequency and presence penalties (generated tokens only) subtracted."""
+Each engine's definitions and order (`SamplingParams.penalty_rules`), so a lossless method equals that engine's AR.
+Both: tokens outside `allowed_token_ids` never chosen, the stop tokens never chosen by a row that predicts one of
+the first `min_tokens` output tokens (`Forward.predicted`). vLLM's: `logit_bias` added, then the repetition penalty
+over every token seen, prompt included (positive logits divided, negative ones multiplied), then the frequency and
+presence penalties (generated tokens only) subtracted. SGLang's: the frequency and presence penalties subtracted,
+then the repetition penalty over the generated tokens only, then `logit_bias` added (after its grammar mask, which
+the bias cannot lift)."""
 
 import torch
 
@@ -38,18 +41,31 @@ def adjusted(logits: torch.Tensor, params: SamplingParams, prompt: list[int], ou
     if params.min_tokens and params.stop_token_ids:
         early = (forward.predicted - len(prompt) < params.min_tokens).to(logits.device)
         logits[early.nonzero()[:, :1], list(params.stop_token_ids)] = float("-inf")
-    if params.logit_bias:
-        tokens, biases = zip(*params.logit_bias, strict=True)
-        logits[:, list(tokens)] += torch.tensor(biases, device=logits.device)
-    if not (params.repetition_penalty != 1 or params.frequency_penalty or params.presence_penalty):
-        return logits
-    counted = fills(forward, len(prompt) + len(output), mask_token_id)
-    generated = torch.bincount(torch.tensor(output, dtype=torch.long), minlength=vocab)[:vocab].float()
-    generated = generated.repeat(len(counted), 1).scatter_add_(
-        1, forward.token_ids.expand_as(counted), counted.float()).to(logits.device)
-    if params.repetition_penalty != 1:
-        seen = (generated > 0) | (torch.bincount(torch.tensor(prompt, dtype=torch.long), minlength=vocab)[:vocab]
-                                  > 0).to(logits.device)[None, :]
-        penalised = torch.where(logits > 0, logits / params.repetition_penalty, logits * params.repetition_penalty)
-        logits = torch.where(seen, penalised, logits)
-    return logits - params.frequency_penalty * generated - params.presence_penalty * (generated > 0).float()
+    sglang = params.penalty_rules == "sglang"
+    if params.logit_bias and not sglang:
+        logits = biased(logits, params)
+    if params.repetition_penalty != 1 or params.frequency_penalty or params.presence_penalty:
+        counted = fills(forward, len(prompt) + len(output), mask_token_id)
+        generated = torch.bincount(torch.tensor(output, dtype=torch.long), minlength=vocab)[:vocab].float()
+        generated = generated.repeat(len(counted), 1).scatter_add_(
+            1, forward.token_ids.expand_as(counted), counted.float()).to(logits.device)
+        subtracted = params.frequency_penalty * generated + params.presence_penalty * (generated > 0).float()
+        if sglang:
+            logits = logits - subtracted
+        if params.repetition_penalty != 1:
+            seen = generated > 0
+            if not sglang:
+                seen |= (torch.bincount(torch.tensor(prompt, dtype=torch.long), minlength=vocab)[:vocab]
+                         > 0).to(logits.device)[None, :]
+            penalised = torch.where(logits > 0, logits / params.repetition_penalty, logits * params.repetition_penalty)
+            logits = torch.where(seen, penalised, logits)
+        if not sglang:
+            logits = logits - subtracted
+    return biased(logits, params) if params.logit_bias and sglang else logits
+
+
+def biased(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """`logits` with the request's `logit_bias` added."""
+    tokens, biases = zip(*params.logit_bias, strict=True)
+    logits[:, list(tokens)] += torch.tensor(biases, device=logits.device)
+    return logits

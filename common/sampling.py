@@ -6,12 +6,15 @@ import torch
 
 from parallel_decoding.common.errors import require
 
+PENALTY_RULES = ("vllm", "sglang")
+
 
 @dataclass(frozen=True)
 class SamplingParams:
     """Temperature 0 means greedy; top_k 0 means no top-k cut. The penalties, `logit_bias` ((token, bias) pairs),
     `allowed_token_ids` (empty: all) and `min_tokens` (the `stop_token_ids` never chosen for the first
-    `min_tokens` output tokens) adjust each row's logits before either (`common.penalties`)."""
+    `min_tokens` output tokens) adjust each row's logits before either (`common.penalties`), by the definitions of
+    the engine serving the request (`penalty_rules`: "vllm" or "sglang"), so a lossless method equals its AR."""
 
     temperature: float = 0.0
     top_p: float = 1.0
@@ -24,6 +27,7 @@ class SamplingParams:
     allowed_token_ids: tuple[int, ...] = ()
     min_tokens: int = 0
     stop_token_ids: tuple[int, ...] = ()
+    penalty_rules: str = "vllm"
 
     def __post_init__(self) -> None:
         require(self.temperature >= 0, "temperature", ">= 0", self.temperature)
@@ -31,6 +35,7 @@ class SamplingParams:
         require(self.top_k >= 0, "top_k", ">= 0", self.top_k)
         require(self.repetition_penalty > 0, "repetition_penalty", "> 0", self.repetition_penalty)
         require(self.min_tokens >= 0, "min_tokens", ">= 0", self.min_tokens)
+        require(self.penalty_rules in PENALTY_RULES, "penalty_rules", f"one of {PENALTY_RULES}", self.penalty_rules)
 
     @property
     def greedy(self) -> bool:

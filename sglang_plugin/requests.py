@@ -1,9 +1,9 @@
 """Per-request settings our modes do not apply, refused before a request is queued (SGLang answers 400 with the
 message) instead of being ignored or failing inside the scheduler. `return_logprob` every mode reports
-(`sglang_plugin.logprobs`). The modes whose decoder commits (`sglang_plugin.commit`) apply the penalties,
-`logit_bias` and `min_new_tokens` (`common.penalties`: vLLM's formulas, each slot with the tokens before it as its
-history); every mode but `huginn` applies structured output (`common.grammar`: the verify worker with SGLang's
-grammar objects, the committing decoders with a copy of them each)."""
+(`sglang_plugin.logprobs`). Every mode but `huginn` applies the penalties, `logit_bias` and `min_new_tokens`
+(`common.penalties`: SGLang's definitions, each row with the tokens before it as its history: a chain's drafts, a
+window's fills) and structured output (`common.grammar`: the verify worker with SGLang's grammar objects, the
+committing decoders with a copy of them each)."""
 
 from typing import Any
 
@@ -16,7 +16,7 @@ NEUTRAL_SAMPLING = {"min_p": 0.0, "frequency_penalty": 0.0, "presence_penalty": 
 # `ebnf_full_assistant` an EBNF grammar, both refused): every field of SGLang's `SamplingParams` is in one of the
 # three sets (`tests/sglang/test_sglang_request_options.py`).
 APPLIED_BY_DECODERS = {"temperature", "top_p", "top_k", "sampling_seed"}
-# What the committing modes' decoders also apply (`sampling_of(req, adjustments=True)`); the others refuse them.
+# What every mode but `huginn` also applies (`sampling_of(req, adjustments=True)`); `huginn` refuses them.
 ADJUSTMENTS = {"frequency_penalty", "presence_penalty", "repetition_penalty", "logit_bias", "min_new_tokens"}
 # Structured output, which every mode but `huginn` applies (`sglang_plugin.verify.constrained` and
 # `sglang_plugin.commit.own_grammar`, over SGLang's own grammar objects).
@@ -33,18 +33,17 @@ def check_request(manager: Any, obj: Any, *_: Any, **__: Any) -> None:
     if settings is None or not hasattr(obj, "return_logprob"):
         return
     from parallel_decoding.common.methods import method_spec
-    from parallel_decoding.sglang_plugin.cli import commits, decode_settings
+    from parallel_decoding.sglang_plugin.cli import decode_settings
 
-    mode, config = decode_settings(manager.server_args)
-    adjusts = commits(mode, config)
-    constrains = method_spec(mode).kind == "step"  # every decoder but Huginn's applies a grammar
+    mode, _ = decode_settings(manager.server_args)
+    applies = method_spec(mode).kind == "step"  # every decoder but Huginn's adjusts its rows and applies a grammar
     if getattr(obj, "token_ids_logprob", None):
         raise ValueError(f"token_ids_logprob is not supported with --decode-mode {mode}")
     if obj.custom_logit_processor:
         raise ValueError(f"custom_logit_processor is not supported with --decode-mode {mode}")
     params = obj.sampling_params or {}
     for name, neutral in NEUTRAL_SAMPLING.items():
-        if (name in ADJUSTMENTS and adjusts) or (name in GRAMMARS and constrains):
+        if name in ADJUSTMENTS | GRAMMARS and applies:
             continue
         value = params.get(name)
         if value is not None and value != neutral and value != {}:

@@ -16,8 +16,10 @@ import torch
 
 from parallel_decoding.common.acceptance import accept_greedy_batch, verify
 from parallel_decoding.common.grammar import constrain
-from parallel_decoding.common.sampling import choose
+from parallel_decoding.common.penalties import adjusted
+from parallel_decoding.common.sampling import SamplingParams, choose
 from parallel_decoding.common.width_planner import Shape, planner_for
+from parallel_decoding.common.window import causal_forward
 from parallel_decoding.sglang_plugin.drafters import make_drafter
 from parallel_decoding.sglang_plugin.drafts import RequestState
 from parallel_decoding.sglang_plugin.logprobs import MISSING, Entry, asked, entries
@@ -33,12 +35,37 @@ def constrained(reqs: list[Any], drafts: list[list[int]], logits: torch.Tensor) 
     return logits if all(g is None for g in grammars) else constrain(grammars, drafts, logits)
 
 
+def penalised(reqs: list[Any], states: list[RequestState], tokens: torch.Tensor, logits: torch.Tensor,
+              mask_token_id: int | None) -> torch.Tensor:
+    """The logits [bs, width, vocab] of chains `tokens` [bs, width] (each a request's last token and its drafts)
+    with the penalties, logit bias and minimum length of the requests that set them: row j with the request's output
+    and the chain's tokens before it as its history (`common.penalties`, SGLang's definitions), so a verified token is
+    drawn from what SGLang's AR draws it from."""
+    rows = [row for row, state in enumerate(states) if state.sampling.adjusts_logits]
+    if not rows:
+        return logits
+    logits = logits.float().clone()
+    width = tokens.shape[1]
+    for row in rows:
+        req = reqs[row]
+        start = len(req.origin_input_ids) + len(req.output_ids) - 1
+        chain = causal_forward(tokens[row].tolist(), start, list(range(width)))
+        logits[row] = adjusted(logits[row], states[row].sampling, req.origin_input_ids, req.output_ids, chain,
+                               mask_token_id).to(logits.device)
+    return logits
+
+
 class VerifyWorker(PluginWorker):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.drafter = make_drafter(self.mode, self.config, self)
         self.planner = planner_for(self.config, self.width - 1,
                                    Shape(uniform=True, extra_forward=self.mode == "diffusion_self"))
+
+    @property
+    def masks(self) -> int | None:
+        """The mask token a chain may carry (WeDLM-drafted speculation's slots), in no row's history."""
+        return getattr(self.config, "mask_token_id", None) if self.mode == "wedlm_spec" else None
 
     def dropped(self, rid: str) -> None:
         if self.planner is not None:
@@ -47,7 +74,7 @@ class VerifyWorker(PluginWorker):
     def state(self, req: Any) -> RequestState:
         state = self.held(req)
         if state is None:
-            sampling = sampling_of(req)
+            sampling = sampling_of(req, adjustments=True, resumed=False)
             state = RequestState(sampling, sampling.generator())
             self.keep(req, state)
         return state
@@ -67,7 +94,8 @@ class VerifyWorker(PluginWorker):
         tokens = torch.tensor([[seed, *d.tokens] + [seed] * (width - 1 - len(d.tokens))
                                for seed, d in zip(seeds, drafts, strict=True)])
         chain = torch.ones(width, width, dtype=torch.bool).tril().expand(len(seeds), -1, -1)
-        logits = constrained(batch.reqs, [d.tokens for d in drafts], self.run_window(batch, tokens, chain))
+        logits = penalised(batch.reqs, states, tokens, self.run_window(batch, tokens, chain), self.masks)
+        logits = constrained(batch.reqs, [d.tokens for d in drafts], logits)
         predicted = logits.argmax(-1).cpu()
         greedy = accept_greedy_batch([d.tokens for d in drafts], predicted)
         committed = [run if state.sampling.greedy else
@@ -106,13 +134,18 @@ class VerifyWorker(PluginWorker):
         sampler applies `sampling_seed` only under deterministic inference). Partial prefills emit nothing."""
         result = self._target_worker.forward_batch_generation(batch, is_verify=True)
         rows = result.logits_output.next_token_logits[:, None]
+        complete = [length == len(req.origin_input_ids) + len(req.output_ids)
+                    for req, length in zip(batch.reqs, batch.seq_lens.tolist(), strict=True)]
+        states = [self.state(req) if done else RequestState(SamplingParams(), torch.Generator())
+                  for req, done in zip(batch.reqs, complete, strict=True)]
+        last = torch.tensor([[(req.output_ids or req.origin_input_ids)[-1]] for req in batch.reqs])
+        rows = penalised(batch.reqs, states, last, rows, self.masks)
         logits = constrained(batch.reqs, [[] for _ in batch.reqs], rows)[:, 0]
         first = []
-        for row, (req, length) in enumerate(zip(batch.reqs, batch.seq_lens.tolist(), strict=True)):
-            if length < len(req.origin_input_ids) + len(req.output_ids):
+        for row, (done, state) in enumerate(zip(complete, states, strict=True)):
+            if not done:
                 first.append(0)
                 continue
-            state = self.state(req)
             first.append(int(choose(logits[row : row + 1].float().cpu(), state.sampling, state.generator)[0]))
         runs = self.chain_logprobs(batch, logits[:, None], [[token] for token in first])
         return self.prefill_result(batch, result, torch.tensor(first, device=self.device), on_publish,

@@ -22,10 +22,11 @@ from parallel_decoding.sglang_plugin.cli import decode_settings
 from parallel_decoding.sglang_plugin.logprobs import Entry, decode_output, fill_prefill
 
 
-def sampling_of(req: Any, adjustments: bool = False) -> SamplingParams:
+def sampling_of(req: Any, adjustments: bool = False, resumed: bool = True) -> SamplingParams:
     """SGLang's per-request sampling settings in `common/`'s terms (SGLang stores greedy as top_k 1);
-    `adjustments`: with its penalties, logit bias and minimum length, for a mode whose decoder commits
-    (`common.penalties`; a retracted request's decoder starts past its output so far)."""
+    `adjustments`: with its penalties, logit bias and minimum length by SGLang's definitions (`common.penalties`),
+    `min_new_tokens` counted past the output so far (`resumed`: a committing decoder, which holds every token so far
+    as its prompt) or from the request's prompt (the verify worker, which counts the output itself)."""
     params = req.sampling_params
     top_k = params.top_k if 0 < params.top_k < (1 << 30) else 0
     seed = getattr(params, "sampling_seed", None)
@@ -36,11 +37,13 @@ def sampling_of(req: Any, adjustments: bool = False) -> SamplingParams:
                                   seed=seed)
     if not adjustments:
         return sampling
+    done = len(req.output_ids) if resumed else 0
     return replace(sampling, presence_penalty=float(params.presence_penalty),
                    frequency_penalty=float(params.frequency_penalty),
                    repetition_penalty=float(params.repetition_penalty),
                    logit_bias=tuple(sorted((int(t), float(b)) for t, b in (params.logit_bias or {}).items())),
-                   min_tokens=max(int(params.min_new_tokens) - len(req.output_ids), 0), stop_token_ids=stop_ids(req))
+                   min_tokens=max(int(params.min_new_tokens) - done, 0), stop_token_ids=stop_ids(req),
+                   penalty_rules="sglang")
 
 
 def stop_ids(req: Any) -> tuple[int, ...]:

@@ -1,6 +1,6 @@
 """Penalties, logit bias and allowed tokens (`common.penalties`): each logit row's history computed by hand; the
-adjustment against vLLM's formulas; AR under a repetition penalty equal to transformers' own; every lossless method
-equal to AR under the same settings; and the committing methods changed by them where they bite."""
+adjustment against vLLM's formulas and SGLang's; AR under a repetition penalty equal to transformers' own; every
+lossless method equal to AR under the same settings; and the committing methods changed by them where they bite."""
 
 import pytest
 import torch
@@ -52,6 +52,18 @@ def test_adjustment_follows_vllms_formulas():
                             logit_bias=((3, 1.0),), allowed_token_ids=(0, 1, 2, 3))
     got = adjusted(logits, params, prompt=[0], output=[1, 1], forward=forward)
     want = [2.0 / 2, -1.0 * 2 - 0.25 * 2 - 0.5, 4.0 / 2 - 0.25 - 0.5, 1.0 + 1.0, float("-inf"), float("-inf")]
+    assert got.tolist() == [want]
+
+
+def test_adjustment_follows_sglangs_formulas():
+    """The same case by SGLang's definitions: frequency and presence subtracted first, then repetition over the
+    generated tokens only (token 0, in the prompt alone, untouched), then the bias, which the penalty does not scale."""
+    forward = Forward(torch.tensor([1, 2]), torch.tensor([2, 3]), torch.tensor([1]))
+    logits = torch.tensor([[2.0, -1.0, 4.0, 1.0, 3.0, 0.5]])
+    params = SamplingParams(presence_penalty=0.5, frequency_penalty=0.25, repetition_penalty=2.0,
+                            logit_bias=((2, 1.0),), allowed_token_ids=(0, 1, 2, 3), penalty_rules="sglang")
+    got = adjusted(logits, params, prompt=[0], output=[1, 1], forward=forward)
+    want = [2.0, (-1.0 - 0.25 * 2 - 0.5) * 2, (4.0 - 0.25 - 0.5) / 2 + 1.0, 1.0, float("-inf"), float("-inf")]
     assert got.tolist() == [want]
 
 

@@ -21,7 +21,15 @@ from parallel_decoding.common.runner import ReferenceRunner, Result
 from parallel_decoding.common.sampling import SamplingParams
 from scripts.sglang_server import sglang_server
 from tests.support import ties
-from tests.support.reference_cli import HELD, MAX_TOKENS, SEED, held_reference, reference, settings
+from tests.support.reference_cli import (
+    HELD,
+    MAX_TOKENS,
+    SEED,
+    adjusted_reference,
+    held_reference,
+    reference,
+    settings,
+)
 from tests.support.sglang_client import generate
 
 STOP_AT = 9
@@ -98,18 +106,11 @@ def test_equals_reference(engine_dir, prompts, tmp_path, spec):
 # sampling parameters the commit modes' decoders would not apply, each refused with a 400 naming it (structured output
 # and `min_new_tokens` they apply: `test_sglang_structured_output.py`, and below)
 UNAPPLIED = [("min_p", 0.1)]
-# the penalties and a bias, which they apply (`common.penalties`), as SGLang takes them and as `common/` does
+# the penalties and a bias, which they apply (`common.penalties`, SGLang's definitions), as SGLang takes them and as
+# `common/` does
 ADJUSTED = {"presence_penalty": 0.5, "frequency_penalty": 0.4, "repetition_penalty": 1.5, "logit_bias": {"5": 2.0}}
 REFERENCE_ADJUSTED = SamplingParams(presence_penalty=0.5, frequency_penalty=0.4, repetition_penalty=1.5,
-                                    logit_bias=((5, 2.0),))
-
-
-def adjusted_reference(model_dir, spec: dict, prompts: list[str]) -> tuple[list[list[int]], list[list[float]]]:
-    model, tokenizer = load(model_dir)
-    config = parse_config(spec["method"], json.loads(settings(spec)), mask_token_id=model.config.mask_token_id)
-    runs = [ReferenceRunner(model).run(make_decoder(spec["method"], config, tokenizer.encode(p), REFERENCE_ADJUSTED,
-                                                    Limits(MAX_TOKENS))) for p in prompts]
-    return [r.token_ids for r in runs], [r.margins for r in runs]
+                                    logit_bias=((5, 2.0),), penalty_rules="sglang")
 
 
 @pytest.mark.parametrize("spec", [SPECS[0], SPECS[2]], ids=["wedlm", "diffusion"])
@@ -143,7 +144,8 @@ def test_openai_endpoints_give_the_generate_text(engine_dir, prompts, spec):
         held = [out["output_ids"] for out in pool.map(lambda ps: generate(
             client, ps[0], min_new_tokens=HELD, stop_token_ids=[ps[1]]),
             zip(prompts[:4], stop_tokens, strict=True))]
-    ties.compare(adjusted, *adjusted_reference(model, spec, prompts[:8]))  # the penalties and bias applied
+    # the penalties and bias applied
+    ties.compare(adjusted, *adjusted_reference(model, spec, prompts[:8], REFERENCE_ADJUSTED))
     ties.compare(held, held_tokens, held_margins)  # min_new_tokens: a stop token held back
     assert all(len(tokens) >= HELD for tokens in held)
     assert adjusted != plain

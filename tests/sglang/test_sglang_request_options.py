@@ -40,18 +40,13 @@ def test_each_unapplied_option_is_refused_by_name(name, monkeypatch):
 
     manager = SimpleNamespace(server_args=SimpleNamespace(_decode_settings="{}"))
     request = SimpleNamespace(return_logprob=False, custom_logit_processor=None, sampling_params={name: ON[name]})
-    monkeypatch.setattr(cli, "decode_settings", lambda args: ("jacobi", JacobiConfig()))  # verifies: grammars only
-    if name in GRAMMARS:
-        check_request(manager, request)
-    else:
-        with pytest.raises(ValueError, match=name):
+    for mode, config in [("jacobi", JacobiConfig()), ("wedlm", None)]:  # one verifying mode, one whose decoder commits
+        monkeypatch.setattr(cli, "decode_settings", lambda args, mode=mode, config=config: (mode, config))
+        if name in ADJUSTMENTS | GRAMMARS:
             check_request(manager, request)
-    monkeypatch.setattr(cli, "decode_settings", lambda args: ("wedlm", None))  # its decoder commits
-    if name in ADJUSTMENTS | GRAMMARS:
-        check_request(manager, request)
-    else:
-        with pytest.raises(ValueError, match=name):
-            check_request(manager, request)
+        else:
+            with pytest.raises(ValueError, match=name):
+                check_request(manager, request)
     monkeypatch.setattr(cli, "decode_settings", lambda args: ("huginn", None))  # its own worker: applies none
     with pytest.raises(ValueError, match=name):
         check_request(manager, request)

@@ -1,6 +1,8 @@
 """SGLang with `--decode-mode` (our plugin, installed in SGLang's own environment) returns, for 32 concurrent
 prompts, exactly the tokens of the same server without it (greedy, lossless modes), through `/generate` and the
-OpenAI completions API, streamed and not, with stop strings and max_tokens; bad settings are refused at start.
+OpenAI completions API, streamed and not, with stop strings and max_tokens, and under the penalties, `logit_bias` and
+`min_new_tokens` (both equal to the reference runner's AR under SGLang's definitions); bad settings are refused at
+start.
 
 Runs in the SGLang environment (`scripts/test.sh` sets it up); skipped where SGLang is not installed unless
 `PD_REQUIRE_SGLANG=1`, which CI sets so that a missing SGLang fails instead."""
@@ -14,9 +16,10 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from parallel_decoding.common.checkpoint import load
+from parallel_decoding.common.sampling import SamplingParams
 from scripts.sglang_server import CPU_ARGS, cpu_env, launch_command, sglang_server
 from tests.support import ties
-from tests.support.reference_cli import MAX_TOKENS
+from tests.support.reference_cli import HELD, MAX_TOKENS, adjusted_reference, held_reference
 from tests.support.sglang_client import generate
 
 MODES = [
@@ -26,9 +29,18 @@ MODES = [
 ]
 
 
+# The penalties and a bias, as SGLang takes them and as `common/` does (SGLang's definitions): the repetition penalty
+# apart from the frequency and presence ones, since SGLang's AR applies them in its penalizer set's order without the
+# overlap scheduler (after the additive ones with it, and in its speculative path, as `common.penalties` does).
+ADJUSTED = [({"repetition_penalty": 1.5, "logit_bias": {"5": 2.0}},
+             SamplingParams(repetition_penalty=1.5, logit_bias=((5, 2.0),), penalty_rules="sglang")),
+            ({"presence_penalty": 0.5, "frequency_penalty": 0.4, "logit_bias": {"5": 2.0}},
+             SamplingParams(presence_penalty=0.5, frequency_penalty=0.4, logit_bias=((5, 2.0),),
+                            penalty_rules="sglang"))]
+ADJUSTED_PROMPTS = 4  # per setting
 
 
-def answers(client, prompts: list[str]) -> dict:
+def answers(client, prompts: list[str], stop_tokens: list[int]) -> dict:
     """Every way a client reads the server, for all prompts at once (32 in flight)."""
     with ThreadPoolExecutor(len(prompts)) as pool:
         native = list(pool.map(lambda p: generate(client, p), prompts))
@@ -38,6 +50,10 @@ def answers(client, prompts: list[str]) -> dict:
                                                  stop=[ps[1]]), zip(prompts, stops, strict=True)))
         short = list(pool.map(lambda p: client.completions.create(model="tiny", prompt=p, max_tokens=7,
                                                                   temperature=0), prompts))
+        adjusted = [list(pool.map(lambda p, params=params: generate(client, p, **params), prompts[:ADJUSTED_PROMPTS]))
+                    for params, _ in ADJUSTED]
+        held = list(pool.map(lambda ps: generate(client, ps[0], min_new_tokens=HELD, stop_token_ids=[ps[1]]),
+                             zip(prompts, stop_tokens, strict=False)))
     streamed = ["".join(chunk.choices[0].text for chunk in client.completions.create(
         model="tiny", prompt=p, max_tokens=MAX_TOKENS, temperature=0, stream=True)) for p in prompts[:4]]
     chatted = [client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": p}],
@@ -51,21 +67,43 @@ def answers(client, prompts: list[str]) -> dict:
         "streamed": streamed,
         "chatted": chatted,
         "verify_steps": [out["meta_info"].get("spec_verify_ct") for out in native],
+        "adjusted": [[out["output_ids"] for out in outs] for outs in adjusted],
+        "held": [out["output_ids"] for out in held],
     }
 
 
 @pytest.fixture(scope="module")
-def plain(engine_dir, prompts):
+def adjusted_ar(engine_dir, prompts) -> dict:
+    """The reference runner's AR under the penalties and bias, and under `min_new_tokens` (`held_reference`)."""
+    stops, held, held_margins = held_reference(engine_dir["qwen3"], None, prompts[:4])
+    return {"adjusted": [adjusted_reference(engine_dir["qwen3"], None, prompts[:ADJUSTED_PROMPTS], params)
+                         for _, params in ADJUSTED],
+            "stops": stops, "held": (held, held_margins)}
+
+
+def check_adjusted(got: dict, reference: dict) -> None:
+    """The penalties, bias and minimum length applied as SGLang's AR applies them."""
+    for outputs, (want, margins) in zip(got["adjusted"], reference["adjusted"], strict=True):
+        ties.compare(outputs, want, margins)
+    ties.compare(got["held"], *reference["held"])
+
+
+@pytest.fixture(scope="module")
+def plain(engine_dir, prompts, adjusted_ar):
     with sglang_server(engine_dir["qwen3"]) as client:
-        return answers(client, prompts)
+        got = answers(client, prompts, adjusted_ar["stops"])
+    check_adjusted(got, adjusted_ar)  # SGLang's AR itself: `common.penalties` has its definitions
+    assert all(outputs != got["ids"][:ADJUSTED_PROMPTS] for outputs in got["adjusted"])
+    assert all(len(tokens) >= HELD for tokens in got["held"])
+    return got
 
 
 @pytest.mark.parametrize(("mode", "config"), [
     pytest.param(m, c, id=f"{m}-{c}", marks=[pytest.mark.sweep] if "16" in c else [])  # 16 drafts: a wider setting
     for m, c in MODES])
-def test_lossless_mode_equals_plain_server(engine_dir, prompts, plain, mode, config):
+def test_lossless_mode_equals_plain_server(engine_dir, prompts, plain, adjusted_ar, mode, config):
     with sglang_server(engine_dir["qwen3"], mode, config) as client:
-        got = answers(client, prompts)
+        got = answers(client, prompts, adjusted_ar["stops"])
     _, tokenizer = load(engine_dir["qwen3"])
     cuts = ties.compare_greedy(engine_dir["qwen3"], [tokenizer.encode(p) for p in prompts], got["ids"], plain["ids"])
     tied = [cut is not None for cut in cuts]
@@ -77,6 +115,7 @@ def test_lossless_mode_equals_plain_server(engine_dir, prompts, plain, mode, con
     assert all(len(ids) <= MAX_TOKENS for ids in got["ids"])
     assert sum(got["verify_steps"]) < len(prompts) * (MAX_TOKENS - 1)  # some drafts accepted: windows really ran
     assert all(steps is None for steps in plain["verify_steps"])
+    check_adjusted(got, adjusted_ar)
 
 
 OFF_BY_ONE = """

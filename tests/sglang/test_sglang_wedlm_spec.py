@@ -1,6 +1,6 @@
 """SGLang with `decode_mode="wedlm_spec"`: on the shipped trained WeDLM checkpoint greedy outputs are the `common/`
-reference's (greedy AR's), batched, in the reference's verify steps; under sampling it follows the model's
-distribution exactly.
+reference's (greedy AR's), batched, in the reference's verify steps, and under the penalties and `logit_bias` (SGLang's
+definitions); under sampling it follows the model's distribution exactly.
 
 Runs in the SGLang environment (see `tests/sglang/test_sglang_server.py`)."""
 
@@ -22,6 +22,9 @@ from tests.support.sglang_client import sample
 
 MAX_TOKENS = 48
 SETTINGS = {"window": 8}
+ADJUSTED = {"presence_penalty": 0.5, "frequency_penalty": 0.4, "repetition_penalty": 1.5, "logit_bias": {"5": 2.0}}
+REFERENCE_ADJUSTED = SamplingParams(presence_penalty=0.5, frequency_penalty=0.4, repetition_penalty=1.5,
+                                    logit_bias=((5, 2.0),), penalty_rules="sglang")
 
 
 def test_trained_wedlm_greedy_equals_reference(cpu_engine_env):
@@ -38,13 +41,19 @@ def test_trained_wedlm_greedy_equals_reference(cpu_engine_env):
             want.append(result.token_ids)
             steps += result.forwards - 1  # the prefill gives the first token
     assert len(ids) >= 8
+    adjusted = [ReferenceRunner(model).run(make_decoder("wedlm_spec", config, prompt, REFERENCE_ADJUSTED,
+                                                        Limits(MAX_TOKENS))) for prompt in ids[:4]]
     engine = sglang.Engine(model_path=str(model_dir), decode_mode="wedlm_spec", decode_config=SETTINGS, **CPU_KWARGS)
     try:
-        got = engine.generate(input_ids=ids, sampling_params={"temperature": 0, "max_new_tokens": MAX_TOKENS,
-                                                               "ignore_eos": True})
+        greedy = {"temperature": 0, "max_new_tokens": MAX_TOKENS, "ignore_eos": True}
+        got = engine.generate(input_ids=ids, sampling_params=greedy)
+        penalised = engine.generate(input_ids=ids[:4], sampling_params={**greedy, **ADJUSTED})
     finally:
         engine.shutdown()
     assert [out["output_ids"] for out in got] == want
+    ties.compare([out["output_ids"] for out in penalised], [r.token_ids for r in adjusted],
+                 [r.margins for r in adjusted])
+    assert [r.token_ids for r in adjusted] != want[:4]
     assert sum(out["meta_info"]["spec_verify_ct"] for out in got) == steps < sum(map(len, want)) / 1.15
 
 

@@ -59,3 +59,21 @@ def held_reference(model_dir: str | Path, spec: dict | None, prompts: list[str]
         tokens.append(result.token_ids)
         margins.append(result.margins)
     return stops, tokens, margins
+
+
+def adjusted_reference(model_dir: str | Path, spec: dict | None, prompts: list[str], params
+                       ) -> tuple[list[list[int]], list[list[float]]]:
+    """The reference runner's greedy tokens and margins per prompt under `params` (a `SamplingParams` with
+    penalties, a bias; spec None: AR's)."""
+    from parallel_decoding.common.checkpoint import load
+    from parallel_decoding.common.decoder import Limits
+    from parallel_decoding.common.methods import make_decoder, parse_config
+    from parallel_decoding.common.runner import ReferenceRunner
+
+    model, tokenizer = load(model_dir)
+    method = "ar" if spec is None else spec["method"]
+    config = None if spec is None else parse_config(method, json.loads(settings(spec)),
+                                                    mask_token_id=model.config.mask_token_id)
+    runner = ReferenceRunner(model)
+    runs = [runner.run(make_decoder(method, config, tokenizer.encode(p), params, Limits(MAX_TOKENS))) for p in prompts]
+    return [r.token_ids for r in runs], [r.margins for r in runs]
