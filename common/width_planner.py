@@ -40,9 +40,12 @@ class StepCost:
     """Seconds of a step as `base + per_row * rows + per_forward * extra_forwards`, least squares over the last
     `window` measured steps plus a prior (a wide step of 16 rows costs 1.4x one row; an extra forward costs a
     base) worth `prior_weight` steps at the measured scale, which settles what the steps seen cannot (all of one
-    width). `fixed` coefficients are used as given and never refitted (tests, reproducing a run)."""
+    width). `fixed` coefficients are used as given and never refitted (tests, reproducing a run). The fit is redone
+    as steps come in, every `REFIT_EVERY` of them once there are enough (a step's planning should cost next to
+    nothing beside a GPU's forward)."""
 
     PRIOR = (1.0, 0.025, 1.0)  # base, per row, per extra forward; in units of the base
+    REFIT_EVERY = 16
 
     def __init__(self, fixed: tuple[float, float, float] | None = None, window: int = 128,
                  prior_weight: float = 4.0) -> None:
@@ -50,12 +53,15 @@ class StepCost:
         self.steps: deque[tuple[float, float, float]] = deque(maxlen=window)  # rows, extra forwards, seconds
         self.prior_weight = prior_weight
         self._fit: tuple[float, float, float] | None = None
+        self.unfitted = 0  # steps observed since the last fit
 
     def observe(self, rows: int, extra_forwards: int, seconds: float) -> None:
         """One step that forwarded `rows` in all and `extra_forwards` forwards beyond the first took `seconds`."""
         if self.fixed is None and rows > 0 and seconds > 0:
             self.steps.append((float(rows), float(extra_forwards), seconds))
-            self._fit = None
+            self.unfitted += 1
+            if 2 * self.unfitted >= min(len(self.steps), 2 * self.REFIT_EVERY):
+                self._fit = None
 
     @property
     def coefficients(self) -> tuple[float, float, float]:
@@ -63,7 +69,7 @@ class StepCost:
         if self.fixed is not None:
             return self.fixed
         if self._fit is None:
-            self._fit = self.fitted()
+            self._fit, self.unfitted = self.fitted(), 0
         return self._fit
 
     def predict(self, rows: torch.Tensor, extra_forwards: torch.Tensor) -> torch.Tensor:
@@ -125,7 +131,10 @@ class AcceptanceTable:
         return (counts[:, 1] + strength * method_rate) / (counts[:, 0] + strength)
 
     def record(self, keys: list[str], verified: torch.Tensor, accepted: torch.Tensor) -> None:
-        """Each request verified `verified` drafts and accepted the first `accepted` of them."""
+        """Each request verified `verified` drafts and accepted the first `accepted` of them (a step in which none
+        drafted changes nothing)."""
+        if not bool((verified > 0).any()):
+            return
         positions = torch.arange(self.max_width)
         verified = verified.clamp(max=self.max_width)
         tried = (positions < torch.minimum(accepted + 1, verified)[:, None]).double()

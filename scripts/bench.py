@@ -14,10 +14,12 @@ held-out chat prompts rendered with its chat template (`scripts.chat_prompts`).
 
 `--models` holds the trained checkpoints (`scripts.trained_models`, copied there when missing). Writes a list of
 records {engine, checkpoint, method, config, batch_size, tokens_per_second, tokens_per_forward, p_cache,
-acceptance_length, acceptance_histogram, planner, speedup, conversion}. A method that chooses its widths by load
-(`common.width_planner`, the default of `jacobi` and linear `diffusion_self`) also runs pinned to its configured
-width (`NAME-fixed`, `"adaptive": false`); `planner` is what the planner chose and its fitted cost model (null
-where the method does not adapt). Speedup is over AR on the same checkpoint and batch size; conversion is
+acceptance_length, acceptance_histogram, planner, speedup, speedups, conversion}. A method that chooses its widths
+by load (`common.width_planner`, the default of `jacobi` and linear `diffusion_self`) also runs pinned to its
+configured width (`NAME-fixed`, `"adaptive": false`); `planner` is what the planner chose and its fitted cost model
+(null where the method does not adapt). Speedup is over AR on the same checkpoint and batch size in the same run;
+`--repeats N` runs the whole plan N times in turn and keeps, per record, the run with the median speedup
+(`speedups`: each run's), since this machine's runs move by several percent. Conversion is
 speedup / tokens per forward (how much of the forwards saved becomes time saved). Tokens per forward counts every
 model forward a request takes part in: for AR and ngram from vLLM's counters (each target forward yields 1 +
 accepted tokens); for our methods from `common/`'s reference runner on the same prompts at the configured width,
@@ -245,6 +247,22 @@ def reference_costs(model_dir: str, spec: dict, max_tokens: int, prompts: list[s
     return {"tokens_per_forward": run["tokens_per_forward"], "p_cache": run["p_cache"]}
 
 
+def summarise(engine: str, runs: dict[tuple, list[dict]], specs: dict[tuple, dict | None]) -> list[dict]:
+    """One record per (batch size, checkpoint, method) from its runs `runs[key]` (one per repeat; AR's is the
+    baseline): the run whose speedup over the AR run of the same repeat is the median (`speedups`: every repeat's)."""
+    records = []
+    for key, results in runs.items():
+        size, checkpoint, name = key
+        baseline = runs[(size, checkpoint, "ar")]
+        speedups = [r["tokens_per_second"] / a["tokens_per_second"] for r, a in zip(results, baseline, strict=True)]
+        median = sorted(range(len(results)), key=speedups.__getitem__)[len(results) // 2]
+        result, speedup = results[median], speedups[median]
+        records.append({"engine": engine, "checkpoint": checkpoint, "method": name, "config": specs[key],
+                        "batch_size": size, **result, "speedup": speedup, "speedups": speedups,
+                        "conversion": speedup / result["tokens_per_forward"] if result["tokens_per_forward"] else None})
+    return records
+
+
 def label(record: dict) -> str:
     return f"{record['method']}@{record['checkpoint']}"
 
@@ -303,6 +321,9 @@ def main() -> None:
     parser.add_argument("--methods", default=",".join(name for name, _, _ in METHODS),
                         help="comma-separated subset; AR on each checkpoint (the baseline) and ngram always run")
     parser.add_argument("--device", default=None, help="--engine reference: cuda or cpu (default: cuda if present)")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="runs of the whole plan, one after the other (AR and each method alternate); each "
+                             "record gives the median run's speedup over the AR of its own run")
     parser.add_argument("--quick", action="store_true", help="batch 1, 16 tokens, one timed round")
     parser.add_argument("--model", choices=("tiny", "smollm2", "huginn"), default="tiny",
                         help="the tiny trained checkpoints, the real model SmolLM2-135M-Instruct, or Huginn's samplers "
@@ -346,9 +367,11 @@ def main() -> None:
                     plan.append((size, checkpoint, f"{name}-fixed", {**spec, "adaptive": False}))
                 if ONE_ENGINE["ngram"] == args.engine:
                     plan.append((size, checkpoint, f"ngram-{width(spec)}", ngram(spec)))
-    records, baseline, costs = [], {}, {}
-    for size, checkpoint, name, spec in tqdm(plan, desc=f"{args.engine} bench"):
-        if any(r["batch_size"] == size and r["checkpoint"] == checkpoint and r["method"] == name for r in records):
+    runs: dict[tuple, list[dict]] = {}
+    specs, costs = {}, {}
+    for repeat, size, checkpoint, name, spec in tqdm([(r, *step) for r in range(args.repeats) for step in plan],
+                                                     desc=f"{args.engine} bench"):
+        if len(runs.get((size, checkpoint, name), ())) > repeat:
             continue  # the same ngram width for two methods on one checkpoint
         model = str(paths[checkpoint])
         dtype_here = "float32" if args.engine == "sglang" else dtype
@@ -360,10 +383,9 @@ def main() -> None:
             if key not in costs:
                 costs[key] = reference_costs(model, spec, args.max_tokens, prompts)
             result.update(costs[key])
-        speedup = result["tokens_per_second"] / baseline.setdefault((size, checkpoint), result["tokens_per_second"])
-        records.append({"engine": args.engine, "checkpoint": checkpoint, "method": name, "config": spec,
-                        "batch_size": size, **result, "speedup": speedup,
-                        "conversion": speedup / result["tokens_per_forward"] if result["tokens_per_forward"] else None})
+        runs.setdefault((size, checkpoint, name), []).append(result)
+        specs[(size, checkpoint, name)] = spec
+    records = summarise(args.engine, runs, specs)
     Path(args.json).write_text(json.dumps(records, indent=1))
     print(f"{'method':<30}{'batch':>6}{'tok/s':>10}{'tok/fwd':>9}{'p_cache':>9}{'acc len':>9}{'speedup':>9}{'conv':>7}")
     for r in records:

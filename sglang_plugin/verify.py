@@ -93,8 +93,12 @@ class VerifyWorker(PluginWorker):
         width = 1 + max(len(d.tokens) for d in drafts)
         tokens = torch.tensor([[seed, *d.tokens] + [seed] * (width - 1 - len(d.tokens))
                                for seed, d in zip(seeds, drafts, strict=True)])
-        chain = torch.ones(width, width, dtype=torch.bool).tril().expand(len(seeds), -1, -1)
-        logits = penalised(batch.reqs, states, tokens, self.run_window(batch, tokens, chain), self.masks)
+        if width == 1:  # a plain AR step for every request
+            logits = self.run_decode(batch, tokens[:, 0])
+        else:
+            logits = self.run_window(batch, tokens, torch.ones(width, width, dtype=torch.bool).tril().expand(
+                len(seeds), -1, -1))
+        logits = penalised(batch.reqs, states, tokens, logits, self.masks)
         logits = constrained(batch.reqs, [d.tokens for d in drafts], logits)
         predicted = logits.argmax(-1).cpu()
         greedy = accept_greedy_batch([d.tokens for d in drafts], predicted)

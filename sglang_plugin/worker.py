@@ -153,6 +153,25 @@ class PluginWorker(BaseSpecWorker):
         result = self._target_worker.forward_batch_generation(view, is_verify=True)
         return result.logits_output.next_token_logits.view(bs, width, -1)
 
+    def run_decode(self, batch: Any, tokens: torch.Tensor) -> torch.Tensor:
+        """SGLang's own decode forward of one token per request (`tokens` [bs], each at the physical position after
+        the KV SGLang counts, into the slot it reserved there): what a step in which no request drafts runs instead of
+        a one-row window (no custom mask, the decode attention kernels). Logits [bs, 1, V]."""
+        device = batch.seq_lens.device
+        starts = batch.seq_lens.long()
+        view = copy.copy(batch)
+        view.forward_mode = ForwardMode.DECODE
+        view.input_ids = tokens.to(device)
+        view.out_cache_loc = self.req_to_token_pool.req_to_token[batch.req_pool_indices.long(), starts].long()
+        view.seq_lens = (starts + 1).to(batch.seq_lens.dtype)
+        view.seq_lens_cpu = view.seq_lens.cpu()
+        view.seq_lens_sum = int(view.seq_lens_cpu.sum())
+        view.extend_lens = view.prefix_lens = view.extend_logprob_start_lens = None
+        view.return_logprob = False
+        view.spec_info = None
+        result = self._target_worker.forward_batch_generation(view, is_verify=True)
+        return result.logits_output.next_token_logits[:, None]
+
     def result(self, batch: Any, committed: list[list[int]], on_publish: Any,
                logprobs: list[list[Entry]] | None = None) -> Any:
         """SGLang's speculative result for a decode step: committed runs padded to one width, their lengths, new

@@ -98,6 +98,10 @@ def install() -> None:
             output = drafter.before_sample(self, logits, spec_decode_metadata)
             if output is not None:
                 return output
+            if spec_decode_metadata is not None and spec_decode_metadata.max_spec_len == 0:
+                # no request drafted (the width planner's plain AR step): vLLM's own sampler, as without
+                # speculation, not its rejection sampler over no drafts (a copy of every logit row besides)
+                return sample(self, logits, None)
         return sample(self, logits, spec_decode_metadata)
 
     @functools.wraps(sample_tokens)

@@ -1,6 +1,8 @@
 """The width planner (`common.width_planner`): the widths it gives follow the cost of rows and each request's
 acceptance, deterministically; its cost model recovers a step's cost from measured steps."""
 
+from itertools import pairwise
+
 import torch
 
 from parallel_decoding.common.width_planner import AcceptanceTable, Shape, StepCost, WidthPlanner
@@ -96,6 +98,21 @@ def test_one_width_seen_leaves_the_slope_to_the_prior():
         cost.observe(8, 0, 0.05)
     base, per_row, _ = cost.coefficients
     assert abs(base + 8 * per_row - 0.05) < 5e-3 and 0 < per_row < base
+
+
+def test_the_fit_is_redone_every_few_steps_and_follows_a_change(monkeypatch):
+    """Planned every step, the cost model is fitted after 1, 2, 4, 8 and then every 16 new steps, not every step, and
+    still follows the machine when its steps get slower."""
+    cost = StepCost()
+    fits = []
+    fitted = cost.fitted
+    monkeypatch.setattr(cost, "fitted", lambda: fits.append(len(cost.steps)) or fitted())
+    for step in range(96):
+        cost.observe(8 + step % 8, 0, (0.050 if step < 48 else 0.100) + 0.001 * (step % 8))
+        cost.predict(torch.tensor(8.0), torch.tensor(0.0))  # a plan reads the fit
+    assert fits[:5] == [1, 2, 4, 8, 16] and all(b - a == 16 for a, b in pairwise(fits[4:]))
+    base, per_row, _ = cost.coefficients
+    assert base + 8 * per_row > 0.075  # the slower half is in the last fit
 
 
 def test_fixed_costs_are_not_refitted():

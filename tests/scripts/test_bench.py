@@ -10,7 +10,7 @@ import pytest
 
 from parallel_decoding.common.quadratic_self_spec import QuadraticSelfSpecConfig, quadratic_forward
 from scripts import bench_huginn
-from scripts.bench import METHODS, histogram
+from scripts.bench import METHODS, histogram, summarise
 from scripts.profile_step import rows_width, with_peer_ratio
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -18,6 +18,22 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_histogram_from_per_position_counts():
     assert histogram(10, [6, 3, 1]) == [4, 3, 2, 1]  # steps accepting 0, 1, 2, 3 drafts
+
+
+def test_repeats_keep_the_median_run_against_its_own_ar():
+    """`--repeats 3`: each record is the run whose speedup over the AR of the same repeat is the median, with every
+    repeat's speedup beside it (a slow machine phase slows AR and the method alike)."""
+    def run(tps: float) -> dict:
+        return {"tokens_per_second": tps, "tokens_per_forward": 2.0}
+
+    runs = {(8, "nld", "ar"): [run(100.0), run(50.0), run(80.0)],
+            (8, "nld", "jacobi"): [run(90.0), run(60.0), run(100.0)]}
+    records = summarise("vllm", runs, {(8, "nld", "ar"): None, (8, "nld", "jacobi"): {"method": "jacobi"}})
+    ar, jacobi = records
+    assert ar["speedups"] == [1.0, 1.0, 1.0] and ar["speedup"] == 1.0
+    assert jacobi["speedups"] == [0.9, 1.2, 1.25] and jacobi["speedup"] == 1.2
+    assert jacobi["tokens_per_second"] == 60.0 and jacobi["conversion"] == 0.6
+    assert jacobi["config"] == {"method": "jacobi"} and jacobi["batch_size"] == 8
 
 
 def test_huginn_record_against_ar():
