@@ -4,7 +4,7 @@ up to its own and past what is committed (a WeDLM window's fills, a diffusion bl
 verify row follows), masks excluded. So a slot decided in a window sees penalties from the tokens before it, as AR's
 next token does, and a lossless method's verify row gets exactly AR's adjusted distribution.
 
-Each engine's definitions and order (`SamplingParams.penalty_rules`), so a lossless method equals that engine's AR.
+Each engine's definitions and order (`SamplingParams.rules`), so a lossless method equals that engine's AR.
 Both: tokens outside `allowed_token_ids` never chosen, the stop tokens never chosen by a row that predicts one of
 the first `min_tokens` output tokens (`Forward.predicted`). vLLM's: `logit_bias` added, then the repetition penalty
 over every token seen, prompt included (positive logits divided, negative ones multiplied), then the frequency and
@@ -41,7 +41,7 @@ def adjusted(logits: torch.Tensor, params: SamplingParams, prompt: list[int], ou
     if params.min_tokens and params.stop_token_ids:
         early = (forward.predicted - len(prompt) < params.min_tokens).to(logits.device)
         logits[early.nonzero()[:, :1], list(params.stop_token_ids)] = float("-inf")
-    sglang = params.penalty_rules == "sglang"
+    sglang = params.rules == "sglang"
     if params.logit_bias and not sglang:
         logits = biased(logits, params)
     if params.repetition_penalty != 1 or params.frequency_penalty or params.presence_penalty:

@@ -1,9 +1,9 @@
 """Per-request settings our modes do not apply, refused before a request is queued (SGLang answers 400 with the
 message) instead of being ignored or failing inside the scheduler. `return_logprob` every mode reports
-(`sglang_plugin.logprobs`). Every mode but `huginn` applies the penalties, `logit_bias` and `min_new_tokens`
-(`common.penalties`: SGLang's definitions, each row with the tokens before it as its history: a chain's drafts, a
-window's fills) and structured output (`common.grammar`: the verify worker with SGLang's grammar objects, the
-committing decoders with a copy of them each)."""
+(`sglang_plugin.logprobs`). Every mode but `huginn` applies min-p (`common.sampling`), the penalties, `logit_bias`
+and `min_new_tokens` (`common.penalties`; both by SGLang's definitions, each row with the tokens before it as its
+history: a chain's drafts, a window's fills) and structured output (`common.grammar`: the verify worker with SGLang's
+grammar objects, the committing decoders with a copy of them each)."""
 
 from typing import Any
 
@@ -16,8 +16,10 @@ NEUTRAL_SAMPLING = {"min_p": 0.0, "frequency_penalty": 0.0, "presence_penalty": 
 # `ebnf_full_assistant` an EBNF grammar, both refused): every field of SGLang's `SamplingParams` is in one of the
 # three sets (`tests/sglang/test_sglang_request_options.py`).
 APPLIED_BY_DECODERS = {"temperature", "top_p", "top_k", "sampling_seed"}
-# What every mode but `huginn` also applies (`sampling_of(req, adjustments=True)`); `huginn` refuses them.
-ADJUSTMENTS = {"frequency_penalty", "presence_penalty", "repetition_penalty", "logit_bias", "min_new_tokens"}
+# What every mode but `huginn` also applies (`sampling_of`: min-p, and with `adjustments=True` the others); `huginn`
+# refuses them.
+ADJUSTMENTS = {"min_p", "frequency_penalty", "presence_penalty", "repetition_penalty", "logit_bias",
+               "min_new_tokens"}
 # Structured output, which every mode but `huginn` applies (`sglang_plugin.verify.constrained` and
 # `sglang_plugin.commit.own_grammar`, over SGLang's own grammar objects).
 GRAMMARS = {"json_schema", "regex", "ebnf", "structural_tag"}

@@ -23,18 +23,18 @@ from parallel_decoding.sglang_plugin.logprobs import Entry, decode_output, fill_
 
 
 def sampling_of(req: Any, adjustments: bool = False, resumed: bool = True) -> SamplingParams:
-    """SGLang's per-request sampling settings in `common/`'s terms (SGLang stores greedy as top_k 1);
-    `adjustments`: with its penalties, logit bias and minimum length by SGLang's definitions (`common.penalties`),
+    """SGLang's per-request sampling settings in `common/`'s terms and by SGLang's definitions (`rules`; SGLang
+    stores greedy as top_k 1); `adjustments`: with its penalties, logit bias and minimum length (`common.penalties`),
     `min_new_tokens` counted past the output so far (`resumed`: a committing decoder, which holds every token so far
     as its prompt) or from the request's prompt (the verify worker, which counts the output itself)."""
     params = req.sampling_params
     top_k = params.top_k if 0 < params.top_k < (1 << 30) else 0
     seed = getattr(params, "sampling_seed", None)
     if top_k == 1 or params.temperature == 0:
-        sampling = SamplingParams(seed=seed)
+        sampling = SamplingParams(seed=seed, rules="sglang")
     else:
         sampling = SamplingParams(temperature=float(params.temperature), top_p=float(params.top_p), top_k=int(top_k),
-                                  seed=seed)
+                                  min_p=float(params.min_p or 0.0), seed=seed, rules="sglang")
     if not adjustments:
         return sampling
     done = len(req.output_ids) if resumed else 0
@@ -42,8 +42,7 @@ def sampling_of(req: Any, adjustments: bool = False, resumed: bool = True) -> Sa
                    frequency_penalty=float(params.frequency_penalty),
                    repetition_penalty=float(params.repetition_penalty),
                    logit_bias=tuple(sorted((int(t), float(b)) for t, b in (params.logit_bias or {}).items())),
-                   min_tokens=max(int(params.min_new_tokens) - done, 0), stop_token_ids=stop_ids(req),
-                   penalty_rules="sglang")
+                   min_tokens=max(int(params.min_new_tokens) - done, 0), stop_token_ids=stop_ids(req))
 
 
 def stop_ids(req: Any) -> tuple[int, ...]:

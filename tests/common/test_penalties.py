@@ -61,7 +61,7 @@ def test_adjustment_follows_sglangs_formulas():
     forward = Forward(torch.tensor([1, 2]), torch.tensor([2, 3]), torch.tensor([1]))
     logits = torch.tensor([[2.0, -1.0, 4.0, 1.0, 3.0, 0.5]])
     params = SamplingParams(presence_penalty=0.5, frequency_penalty=0.25, repetition_penalty=2.0,
-                            logit_bias=((2, 1.0),), allowed_token_ids=(0, 1, 2, 3), penalty_rules="sglang")
+                            logit_bias=((2, 1.0),), allowed_token_ids=(0, 1, 2, 3), rules="sglang")
     got = adjusted(logits, params, prompt=[0], output=[1, 1], forward=forward)
     want = [2.0, (-1.0 - 0.25 * 2 - 0.5) * 2, (4.0 - 0.25 - 0.5) / 2 + 1.0, 1.0, float("-inf"), float("-inf")]
     assert got.tolist() == [want]

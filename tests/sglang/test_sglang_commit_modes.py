@@ -4,7 +4,7 @@ stop tokens and max_tokens end a request inside a window as the reference decode
 reused through SGLang's radix cache, continues as a fresh prefill would; the OpenAI endpoints
 (completions with stop strings, streaming, chat) give the text `/generate` gives, and logprobs; the penalties and
 `logit_bias`, and `min_new_tokens`, give the reference runner's tokens under them; a setting the modes do not apply
-(min_p) is refused per request with a 400.
+(a watermark) is refused per request with a 400.
 
 Runs in the SGLang environment (see `tests/sglang/test_sglang_server.py`)."""
 
@@ -103,14 +103,14 @@ def test_equals_reference(engine_dir, prompts, tmp_path, spec):
     assert any(len(r.token_ids) < MAX_TOKENS and len(r.token_ids) != 7 for _, _, r in stops) or not stops
 
 
-# sampling parameters the commit modes' decoders would not apply, each refused with a 400 naming it (structured output
-# and `min_new_tokens` they apply: `test_sglang_structured_output.py`, and below)
-UNAPPLIED = [("min_p", 0.1)]
+# sampling parameters the commit modes' decoders would not apply, each refused with a 400 naming it (structured output,
+# min-p and `min_new_tokens` they apply: `test_sglang_structured_output.py`, `test_sglang_sampling.py`, and below)
+UNAPPLIED = [("watermark", {"enabled": True})]
 # the penalties and a bias, which they apply (`common.penalties`, SGLang's definitions), as SGLang takes them and as
 # `common/` does
 ADJUSTED = {"presence_penalty": 0.5, "frequency_penalty": 0.4, "repetition_penalty": 1.5, "logit_bias": {"5": 2.0}}
 REFERENCE_ADJUSTED = SamplingParams(presence_penalty=0.5, frequency_penalty=0.4, repetition_penalty=1.5,
-                                    logit_bias=((5, 2.0),), penalty_rules="sglang")
+                                    logit_bias=((5, 2.0),), rules="sglang")
 
 
 @pytest.mark.parametrize("spec", [SPECS[0], SPECS[2]], ids=["wedlm", "diffusion"])

@@ -1,5 +1,6 @@
 """Under sampling, SGLang with `--decode-mode jacobi` (with and without rejection recycling) and `diffusion_self`
-follows the model's distribution exactly (3000 unseeded requests on a vocabulary-8 model, chi-square against the
+follows the model's distribution exactly, as SGLang's own sampler cuts it (top-k, top-p and min-p together; checked
+on SGLang's AR too) (3000 unseeded requests on a vocabulary-8 model, chi-square against the
 exact joint from `tests/common/test_sampling_exact.py`).
 
 Runs in the SGLang environment; skipped where SGLang is not installed unless `PD_REQUIRE_SGLANG=1`."""
@@ -8,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from parallel_decoding.common.sampling import SamplingParams
 from scripts.sglang_server import CPU_ARGS, sglang_server
 from tests.support.exact import P_VALUE_FLOOR, PARAMS, SAMPLES, chi_square_p_value, exact_joint
 from tests.support.sglang_client import sample
@@ -18,15 +20,32 @@ MODES = [("jacobi", '{"block_size": 3}'), ("diffusion_self", '{"num_speculative_
 
 
 
+# SGLang's own cuts together (`common.sampling`, SGLang's definitions): top-k, top-p over the whole distribution, min-p.
+CUTS = SamplingParams(temperature=0.9, top_k=5, top_p=0.8, min_p=0.1, rules="sglang")
+
+
+def follows(client, model, params: SamplingParams) -> float:
+    """The chi-square p-value of `SAMPLES` unseeded continuations against the exact joint under `params`."""
+    with ThreadPoolExecutor(32) as pool:
+        outputs = list(pool.map(sample, [client] * SAMPLES, [params] * SAMPLES))
+    counts: dict[tuple[int, ...], int] = {}
+    for key in outputs:
+        counts[key] = counts.get(key, 0) + 1
+    return chi_square_p_value(counts, exact_joint(model, params))
+
+
 @pytest.mark.parametrize(("mode", "config"), MODES,
                          ids=["jacobi", "diffusion_self", "jacobi-recycling"])
 def test_distribution_matches_model(vocab8, mode, config):
     path, model = vocab8
     with sglang_server(path, mode, config, extra_args=[*CPU_ARGS, "--skip-tokenizer-init"]) as client:
-        for params in PARAMS:
-            with ThreadPoolExecutor(32) as pool:
-                outputs = list(pool.map(sample, [client] * SAMPLES, [params] * SAMPLES))
-            counts: dict[tuple[int, ...], int] = {}
-            for key in outputs:
-                counts[key] = counts.get(key, 0) + 1
-            assert chi_square_p_value(counts, exact_joint(model, params)) > P_VALUE_FLOOR, (mode, params)
+        for params in [*PARAMS, CUTS] if mode == "jacobi" and "pool" not in config else PARAMS:
+            assert follows(client, model, params) > P_VALUE_FLOOR, (mode, params)
+
+
+def test_sglangs_own_sampler_cuts_as_common_does(vocab8):
+    """SGLang's AR under top-k, top-p and min-p together samples the joint `common.sampling` gives by SGLang's
+    definitions (and not by vLLM's, whose top-p after top-k keeps less), so the modes above follow SGLang's AR."""
+    path, model = vocab8
+    with sglang_server(path, extra_args=[*CPU_ARGS, "--skip-tokenizer-init"]) as client:
+        assert follows(client, model, CUTS) > P_VALUE_FLOOR

@@ -33,10 +33,10 @@ MODES = [
 # apart from the frequency and presence ones, since SGLang's AR applies them in its penalizer set's order without the
 # overlap scheduler (after the additive ones with it, and in its speculative path, as `common.penalties` does).
 ADJUSTED = [({"repetition_penalty": 1.5, "logit_bias": {"5": 2.0}},
-             SamplingParams(repetition_penalty=1.5, logit_bias=((5, 2.0),), penalty_rules="sglang")),
+             SamplingParams(repetition_penalty=1.5, logit_bias=((5, 2.0),), rules="sglang")),
             ({"presence_penalty": 0.5, "frequency_penalty": 0.4, "logit_bias": {"5": 2.0}},
              SamplingParams(presence_penalty=0.5, frequency_penalty=0.4, logit_bias=((5, 2.0),),
-                            penalty_rules="sglang"))]
+                            rules="sglang"))]
 ADJUSTED_PROMPTS = 4  # per setting
 
 

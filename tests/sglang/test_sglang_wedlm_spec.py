@@ -24,7 +24,7 @@ MAX_TOKENS = 48
 SETTINGS = {"window": 8}
 ADJUSTED = {"presence_penalty": 0.5, "frequency_penalty": 0.4, "repetition_penalty": 1.5, "logit_bias": {"5": 2.0}}
 REFERENCE_ADJUSTED = SamplingParams(presence_penalty=0.5, frequency_penalty=0.4, repetition_penalty=1.5,
-                                    logit_bias=((5, 2.0),), penalty_rules="sglang")
+                                    logit_bias=((5, 2.0),), rules="sglang")
 
 
 def test_trained_wedlm_greedy_equals_reference(cpu_engine_env):

@@ -29,6 +29,7 @@ PRESSURE_ENV = {"SGLANG_INIT_NEW_TOKEN_RATIO": "0.05", "SGLANG_NEW_TOKEN_RATIO_D
 def sample(client, params, length: int = LENGTH) -> tuple[int, ...]:
     url = str(client.base_url).removesuffix("/").removesuffix("/v1") + "/generate"
     body = {"input_ids": PROMPT, "sampling_params": {"temperature": params.temperature, "top_p": params.top_p,
+                                                      "top_k": params.top_k or -1, "min_p": params.min_p,
                                                       "max_new_tokens": length, "ignore_eos": True}}
     request = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=300) as response:
