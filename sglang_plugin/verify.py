@@ -67,6 +67,13 @@ class VerifyWorker(PluginWorker):
         """The mask token a chain may carry (WeDLM-drafted speculation's slots), in no row's history."""
         return getattr(self.config, "mask_token_id", None) if self.mode == "wedlm_spec" else None
 
+    @property
+    def decodes_plainly(self) -> bool:
+        """Whether a step with no drafts may run as SGLang's own decode forward (`run_decode`): only where SGLang
+        captured no decode graphs, since those are captured for our verify window's width and a decode batch, which
+        carries no speculative input, would replay one; elsewhere it runs as a one-row window (eager)."""
+        return self.model_runner.decode_cuda_graph_runner is None
+
     def dropped(self, rid: str) -> None:
         if self.planner is not None:
             self.planner.forget([rid])
@@ -93,7 +100,7 @@ class VerifyWorker(PluginWorker):
         width = 1 + max(len(d.tokens) for d in drafts)
         tokens = torch.tensor([[seed, *d.tokens] + [seed] * (width - 1 - len(d.tokens))
                                for seed, d in zip(seeds, drafts, strict=True)])
-        if width == 1:  # a plain AR step for every request
+        if width == 1 and self.decodes_plainly:  # a plain AR step for every request
             logits = self.run_decode(batch, tokens[:, 0])
         else:
             logits = self.run_window(batch, tokens, torch.ones(width, width, dtype=torch.bool).tril().expand(
