@@ -25,6 +25,8 @@ from tests.support.reference_cli import (
     HELD,
     MAX_TOKENS,
     SEED,
+    SGLANG_ADJUSTED,
+    SGLANG_REFERENCE_ADJUSTED,
     adjusted_reference,
     held_reference,
     reference,
@@ -106,11 +108,6 @@ def test_equals_reference(engine_dir, prompts, tmp_path, spec):
 # sampling parameters the commit modes' decoders would not apply, each refused with a 400 naming it (structured output,
 # min-p and `min_new_tokens` they apply: `test_sglang_structured_output.py`, `test_sglang_sampling.py`, and below)
 UNAPPLIED = [("watermark", {"enabled": True})]
-# the penalties and a bias, which they apply (`common.penalties`, SGLang's definitions), as SGLang takes them and as
-# `common/` does
-ADJUSTED = {"presence_penalty": 0.5, "frequency_penalty": 0.4, "repetition_penalty": 1.5, "logit_bias": {"5": 2.0}}
-REFERENCE_ADJUSTED = SamplingParams(presence_penalty=0.5, frequency_penalty=0.4, repetition_penalty=1.5,
-                                    logit_bias=((5, 2.0),), rules="sglang")
 
 
 @pytest.mark.parametrize("spec", [SPECS[0], SPECS[2]], ids=["wedlm", "diffusion"])
@@ -139,13 +136,14 @@ def test_openai_endpoints_give_the_generate_text(engine_dir, prompts, spec):
                 generate(client, prompts[0], temperature=0.7, **{name: value})
             assert name in refused.value.read().decode()
         again = generate(client, prompts[0])["text"]
-        adjusted = [out["output_ids"] for out in pool.map(lambda p: generate(client, p, **ADJUSTED), prompts[:8])]
+        adjusted = [out["output_ids"] for out in pool.map(lambda p: generate(client, p, **SGLANG_ADJUSTED),
+                                                          prompts[:8])]
         plain = [out["output_ids"] for out in pool.map(lambda p: generate(client, p), prompts[:8])]
         held = [out["output_ids"] for out in pool.map(lambda ps: generate(
             client, ps[0], min_new_tokens=HELD, stop_token_ids=[ps[1]]),
             zip(prompts[:4], stop_tokens, strict=True))]
     # the penalties and bias applied
-    ties.compare(adjusted, *adjusted_reference(model, spec, prompts[:8], REFERENCE_ADJUSTED))
+    ties.compare(adjusted, *adjusted_reference(model, spec, prompts[:8], SGLANG_REFERENCE_ADJUSTED))
     ties.compare(held, held_tokens, held_margins)  # min_new_tokens: a stop token held back
     assert all(len(tokens) >= HELD for tokens in held)
     assert adjusted != plain

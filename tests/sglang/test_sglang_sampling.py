@@ -6,6 +6,7 @@ exact joint from `tests/common/test_sampling_exact.py`).
 Runs in the SGLang environment; skipped where SGLang is not installed unless `PD_REQUIRE_SGLANG=1`."""
 
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 import pytest
 
@@ -20,8 +21,9 @@ MODES = [("jacobi", '{"block_size": 3}'), ("diffusion_self", '{"num_speculative_
 
 
 
-# SGLang's own cuts together (`common.sampling`, SGLang's definitions): top-k, top-p over the whole distribution, min-p.
-CUTS = SamplingParams(temperature=0.9, top_k=5, top_p=0.8, min_p=0.1, rules="sglang")
+# SGLang's own cuts together (`common.sampling`, SGLang's definitions): top-k, top-p over the whole distribution, min-p;
+# chosen so that on this model the joint is far from vLLM's definitions' and from the same cuts without min-p.
+CUTS = SamplingParams(temperature=2.0, top_k=4, top_p=0.8, min_p=0.2, rules="sglang")
 
 
 def follows(client, model, params: SamplingParams) -> float:
@@ -47,5 +49,9 @@ def test_sglangs_own_sampler_cuts_as_common_does(vocab8):
     """SGLang's AR under top-k, top-p and min-p together samples the joint `common.sampling` gives by SGLang's
     definitions (and not by vLLM's, whose top-p after top-k keeps less), so the modes above follow SGLang's AR."""
     path, model = vocab8
+    joint = exact_joint(model, CUTS)
+    for other in (replace(CUTS, rules="vllm"), replace(CUTS, min_p=0.0)):  # what a wrong definition would sample
+        distance = sum(abs(p - q) for p, q in zip(joint.values(), exact_joint(model, other).values(), strict=True))
+        assert distance / 2 > 0.1, other
     with sglang_server(path, extra_args=[*CPU_ARGS, "--skip-tokenizer-init"]) as client:
         assert follows(client, model, CUTS) > P_VALUE_FLOOR

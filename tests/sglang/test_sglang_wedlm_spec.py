@@ -18,13 +18,11 @@ from scripts.sglang_server import CPU_ARGS, CPU_KWARGS, sglang_server
 from scripts.trained_models import SHIPPED
 from tests.support import ties
 from tests.support.exact import P_VALUE_FLOOR, PARAMS, SAMPLES, SPEC_LENGTH, chi_square_p_value, exact_joint
+from tests.support.reference_cli import SGLANG_ADJUSTED, SGLANG_REFERENCE_ADJUSTED
 from tests.support.sglang_client import sample
 
 MAX_TOKENS = 48
 SETTINGS = {"window": 8}
-ADJUSTED = {"presence_penalty": 0.5, "frequency_penalty": 0.4, "repetition_penalty": 1.5, "logit_bias": {"5": 2.0}}
-REFERENCE_ADJUSTED = SamplingParams(presence_penalty=0.5, frequency_penalty=0.4, repetition_penalty=1.5,
-                                    logit_bias=((5, 2.0),), rules="sglang")
 
 
 def test_trained_wedlm_greedy_equals_reference(cpu_engine_env):
@@ -41,13 +39,13 @@ def test_trained_wedlm_greedy_equals_reference(cpu_engine_env):
             want.append(result.token_ids)
             steps += result.forwards - 1  # the prefill gives the first token
     assert len(ids) >= 8
-    adjusted = [ReferenceRunner(model).run(make_decoder("wedlm_spec", config, prompt, REFERENCE_ADJUSTED,
+    adjusted = [ReferenceRunner(model).run(make_decoder("wedlm_spec", config, prompt, SGLANG_REFERENCE_ADJUSTED,
                                                         Limits(MAX_TOKENS))) for prompt in ids[:4]]
     engine = sglang.Engine(model_path=str(model_dir), decode_mode="wedlm_spec", decode_config=SETTINGS, **CPU_KWARGS)
     try:
         greedy = {"temperature": 0, "max_new_tokens": MAX_TOKENS, "ignore_eos": True}
         got = engine.generate(input_ids=ids, sampling_params=greedy)
-        penalised = engine.generate(input_ids=ids[:4], sampling_params={**greedy, **ADJUSTED})
+        penalised = engine.generate(input_ids=ids[:4], sampling_params={**greedy, **SGLANG_ADJUSTED})
     finally:
         engine.shutdown()
     assert [out["output_ids"] for out in got] == want

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from parallel_decoding.common.sampling import SamplingParams
+
 MAX_TOKENS = 29
 SEED = 7
 
@@ -31,6 +33,13 @@ def reference(model_dir: str | Path, spec: dict, prompts: list[str], tmp_path: P
     return [record["token_ids"] for record in records], margins
 
 
+# The penalties and a bias an SGLang test request sends, and the same as the reference runner takes them (SGLang's
+# definitions).
+SGLANG_ADJUSTED = {"presence_penalty": 0.5, "frequency_penalty": 0.4, "repetition_penalty": 1.5,
+                   "logit_bias": {"5": 2.0}}
+SGLANG_REFERENCE_ADJUSTED = SamplingParams(
+    **{k: v for k, v in SGLANG_ADJUSTED.items() if k != "logit_bias"},
+    logit_bias=tuple((int(t), b) for t, b in SGLANG_ADJUSTED["logit_bias"].items()), rules="sglang")
 HELD = 8  # `min_tokens` of the engine tests: the stop tokens held back for the first 8 output tokens
 
 
