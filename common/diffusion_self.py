@@ -30,9 +30,9 @@ class DiffusionSelfConfig:
     `dlm_type` says which logit row drafts a slot (see `common.draft_layout`; unset: the checkpoint's). `mode`
     `linear` drafts in a forward of its own; `quadratic` drafts inside the verify forward
     (`common.quadratic_self_spec`, with `num_speculative_tokens` + 1 mask slots per group). In the engines, mode
-    linear's `adaptive` (default on) drafts each step only as many tokens per request as pay for their rows, none
-    when no draft would (a plain AR step: `common.width_planner`); false drafts `num_speculative_tokens` always;
-    `step_cost` fixes the cost model instead of measuring it. Mode quadratic does not adapt yet."""
+    `adaptive` (default on) drafts each step only as many tokens per request as pay for their rows, none when no
+    draft would (a plain AR step: `common.width_planner`); false drafts `num_speculative_tokens` always;
+    `step_cost` fixes the cost model instead of measuring it."""
 
     num_speculative_tokens: int = 31
     mask_token_id: int | None = None
@@ -51,14 +51,12 @@ class DiffusionSelfConfig:
                 self.dlm_type)
         require(self.mode in MODES, "mode", f"one of {list(MODES)}", self.mode)
         require(self.adaptive in (None, True, False), "adaptive", "true or false", self.adaptive)
-        require(self.mode == "linear" or not self.adaptive, "adaptive",
-                "false in mode quadratic (its widths are not adapted yet)", self.adaptive)
         check_step_cost(self.step_cost)
 
     @property
     def adapts(self) -> bool:
-        """Whether the engines choose the widths by load (default: in mode linear)."""
-        return self.mode == "linear" if self.adaptive is None else self.adaptive
+        """Whether the engines choose the widths by load (default: yes)."""
+        return self.adaptive is not False
 
 
 def draft_distribution(logits: torch.Tensor, mask_token_id: int, params: SamplingParams) -> torch.Tensor:

@@ -8,6 +8,10 @@ is linear self-speculation's (exact match plus bonus when greedy, speculative re
 proposal otherwise). The group of the last accepted token drafts the next step: its slots after the bonus, so
 m = k - 1 drafts per step, at one forward per step. The forward is m (k + 2) rows long: where that would run past
 the context (`Limits.context`, an engine's model length), the step drafts less, or forwards the chain alone.
+
+An engine's width planner (`common.width_planner`) may cap the drafts per step at w < k - 1 (`draft_cap`): the step
+then verifies at most w drafts and lays groups of w + 1 masks, (w + 1)(w + 3) rows; w = 0 forwards the chain alone,
+a plain AR step. The output does not depend on it.
 """
 
 import functools
@@ -24,6 +28,7 @@ from parallel_decoding.common.draft_layout import DLM_TYPES, draft_rows
 from parallel_decoding.common.errors import require, require_mask_token
 from parallel_decoding.common.row_stats import RowReading, RowStats
 from parallel_decoding.common.sampling import SamplingParams
+from parallel_decoding.common.width_planner import WidthPlanner
 from parallel_decoding.common.window import Attention, Forward, Outcome
 
 
@@ -62,7 +67,8 @@ class QuadraticLayout:
 
 @functools.cache
 def quadratic_layout(m: int, block_size: int, dlm_type: str | None, grouped: bool) -> QuadraticLayout:
-    """The layout of a chain of m tokens, with a group per chain token or (not `grouped`) the chain alone."""
+    """The layout of a chain of m tokens, with a group of `block_size` masks per chain token or (not `grouped`)
+    the chain alone."""
     index = torch.arange(m)
     if not grouped:
         return QuadraticLayout(index, index, index, torch.ones(m, m, dtype=torch.bool).tril(), index + 1)
@@ -79,11 +85,11 @@ def quadratic_layout(m: int, block_size: int, dlm_type: str | None, grouped: boo
                            rows, (~in_group[None, :] & before) | same_group, targets)
 
 
-def quadratic_forward(chain: list[int], start: int, config: QuadraticSelfSpecConfig, grouped: bool = True
-                      ) -> Forward:
+def quadratic_forward(chain: list[int], start: int, config: QuadraticSelfSpecConfig, grouped: bool = True,
+                      masks: int | None = None) -> Forward:
     """The chain at positions `start ..`, then (if `grouped`) one group per chain token; logit rows: the chain's,
-    then each group's k slots; the draft adapter (if any) on the group rows."""
-    layout = quadratic_layout(len(chain), config.block_size, config.dlm_type, grouped)
+    then each group's slots (`masks` of them, k unless given); the draft adapter (if any) on the group rows."""
+    layout = quadratic_layout(len(chain), masks or config.block_size, config.dlm_type, grouped)
     ids = torch.tensor([*chain, config.mask_token_id])[layout.source]
     adapter = DRAFT_ADAPTER if config.draft_adapter and grouped else None
     rows = torch.arange(len(chain), len(layout.source)) if adapter else None
@@ -100,16 +106,31 @@ class QuadraticSelfSpecDecoder(Decoder):
         self.config = config
         self.drafts = torch.zeros(0, dtype=torch.long)
         self.draft_probs: torch.Tensor | None = None
+        self.draft_cap: int | None = None  # an engine's width planner's, set before each forward
+        self.group_masks = config.block_size  # mask slots per group in the planned forward (0: the chain alone)
+        self.verified = (0, 0)  # the last step's drafts verified and accepted, for an engine's planner
 
-    def groups_fit(self, chain_len: int, start: int) -> int:
-        """How many of a chain's tokens can have their group in a forward from `start` (rows past the context
-        cannot be laid)."""
-        context, rows = self.limits.context, self.config.block_size + 2
+    @property
+    def width(self) -> int:
+        """Drafts the next forward verifies at most and drafts for the step after: k - 1, or the planner's cap."""
+        most = self.config.block_size - 1
+        return most if self.draft_cap is None else max(min(self.draft_cap, most), 0)
+
+    def groups_fit(self, chain_len: int, start: int, masks: int) -> int:
+        """How many of a chain's tokens can have their group of `masks` slots in a forward from `start` (rows
+        past the context cannot be laid)."""
+        context, rows = self.limits.context, masks + 2
         return chain_len if context is None else max(min(chain_len, (context - start) // rows), 0)
 
     def plan(self) -> Forward:
+        width = self.width
+        if self.drafts.numel() > width:
+            self.drafts = self.drafts[:width]
+            self.draft_probs = None if self.draft_probs is None else self.draft_probs[:width]
         chain, start = [self.last_token] + self.drafts.tolist(), self.num_tokens - 1
-        return quadratic_forward(chain, start, self.config, grouped=self.groups_fit(len(chain), start) == len(chain))
+        grouped = width > 0 and self.groups_fit(len(chain), start, width + 1) == len(chain)
+        self.group_masks = width + 1 if grouped else 0
+        return quadratic_forward(chain, start, self.config, grouped, width + 1)
 
     def reads(self, forward: Forward) -> RowReading:
         """The chain's rows verify; the groups' slots draft, never the mask token."""
@@ -133,10 +154,10 @@ class QuadraticSelfSpecDecoder(Decoder):
             chain_rows = first[:, None] + torch.minimum(torch.arange(int(chains.max()))[None, :], chains[:, None] - 1)
             accepted = accept_greedy_batch([decoders[i].drafts.tolist() for i in greedy], rows.token[chain_rows])
             lengths = torch.tensor([len(tokens) for tokens in accepted])
-            widths = torch.tensor([decoders[i].next_width(sizes[i], len(tokens))
+            widths = torch.tensor([decoders[i].next_width(len(tokens))
                                    for i, tokens in zip(greedy, accepted, strict=True)])
             # Slots 1 .. width of the last accepted token's group (past the bonus), padded with a chain row.
-            k = torch.tensor([decoders[i].config.block_size for i in greedy])
+            k = torch.tensor([decoders[i].group_masks for i in greedy])
             slots = torch.arange(1, int(widths.max()) + 1)[None, :]
             group = first + chains + (lengths - 1) * k
             slot_rows = torch.where(slots <= widths[:, None], group[:, None] + slots, chain_rows[:, -1:])
@@ -148,14 +169,15 @@ class QuadraticSelfSpecDecoder(Decoder):
         return [decoder._verified(rows.part(starts[i], starts[i + 1]), *decided.get(i, (None, None)))
                 for i, decoder in enumerate(decoders)]
 
-    def next_width(self, num_rows: int, num_committed: int) -> int:
-        """Drafts the next step verifies, after this step's forward of `num_rows` rows committed `num_committed`
-        tokens: none from a chain forwarded alone."""
-        k = self.config.block_size
-        if num_rows == self.drafts.numel() + 1:
+    def next_width(self, num_committed: int) -> int:
+        """Drafts the next step verifies, after this step's forward committed `num_committed` tokens: none from a
+        chain forwarded alone."""
+        masks = self.group_masks
+        if masks == 0:
             return 0
         start = self.num_tokens + num_committed - 1
-        return max(min(draft_width(k - 1, self.remaining - num_committed), self.groups_fit(k, start) - 1), 0)
+        return max(min(draft_width(masks - 1, self.remaining - num_committed),
+                       self.groups_fit(masks, start, masks) - 1), 0)
 
     def _verified(self, rows: RowStats, committed: list[int] | None, drafts: torch.Tensor | None) -> Outcome:
         """This decoder's step from its own `rows`, given what a greedy decision found (`committed`, the next
@@ -163,12 +185,26 @@ class QuadraticSelfSpecDecoder(Decoder):
         m = self.drafts.numel() + 1
         if committed is None:
             committed = verify(self.drafts, rows.logits[:m], self.sampling, self.generator, self.draft_probs)
-            width = self.next_width(len(rows), len(committed))
-            slots = m + (len(committed) - 1) * self.config.block_size + torch.arange(1, width + 1)
+            width = self.next_width(len(committed))
+            slots = m + (len(committed) - 1) * self.group_masks + torch.arange(1, width + 1)
             drafts, probs = (propose(rows.logits[slots], self.config.mask_token_id, self.sampling, self.generator)
                              if width else (torch.zeros(0, dtype=torch.long), None))
         else:
             probs = None
         self.acceptance.record(m - 1, len(committed) - 1)
+        self.verified = (m - 1, len(committed) - 1)
         self.drafts, self.draft_probs = drafts, probs
         return Outcome(committed, kv_keep=len(committed))
+
+
+def cap_widths(planner: WidthPlanner, keys: list[str], decoders: Sequence[QuadraticSelfSpecDecoder]) -> None:
+    """Before the decoders plan their next forwards: tell the planner how each one's last verification went, then
+    cap each one's drafts at the width the planner gives it (an engine's batch, `keys` naming its requests)."""
+    verified = [decoder.verified for decoder in decoders]
+    for decoder in decoders:
+        decoder.verified = (0, 0)  # told once, also where a step does not digest the next forward
+    planner.record(keys, [v for v, _ in verified], [a for _, a in verified])
+    limits = [d.config.block_size - 1 for d in decoders]  # the next step clips its drafts by what remains
+    seeded = [d.sampling.seed is not None for d in decoders]
+    for decoder, width in zip(decoders, planner.plan(keys, limits, seeded).tolist(), strict=True):
+        decoder.draft_cap = width

@@ -29,11 +29,21 @@ def check_step_cost(step_cost: object) -> None:
 @dataclass(frozen=True)
 class Shape:
     """How a method's step spends rows on drafts: `extra_forward`, a draft forward of its own with `[seed, mask x w]`
-    per drafting request (linear `diffusion_self`); `uniform`, every request forwards the batch's widest window
-    (an engine whose verify layout is rectangular, SGLang's)."""
+    per drafting request (linear `diffusion_self`); `quadratic`, w drafts cost (w + 1)(w + 3) rows in one forward
+    (quadratic `diffusion_self`: a chain of w + 1, a group of w + 2 per chain token; the chain alone at w = 0);
+    `uniform`, every request forwards the batch's widest window (an engine whose verify layout is rectangular,
+    SGLang's)."""
 
     extra_forward: bool = False
+    quadratic: bool = False
     uniform: bool = False
+
+    def rows(self, widths: torch.Tensor) -> torch.Tensor:
+        """Rows a request forwards (in all of its step's forwards) at each width, in a step like the last."""
+        widths = widths.double()
+        if self.quadratic:
+            return torch.where(widths > 0, (widths + 1) * (widths + 3), torch.ones_like(widths))
+        return (1 + widths) * (1 + (self.extra_forward & (widths > 0)).double())
 
 
 class StepCost:
@@ -209,33 +219,33 @@ class WidthPlanner:
         return widths
 
     def _ragged(self, gains: torch.Tensor) -> torch.Tensor:
-        """The best count n of (request, position) pairs, taken in decreasing gain (within a request its gains
-        never grow, so the pairs taken are each request's leading positions)."""
+        """The best count n of (request, position) pairs, taken in decreasing gain (per row, where a position's rows
+        grow with it: quadratic); within a request the order never falls, so the pairs taken are each request's
+        leading positions."""
         batch, width = gains.shape
-        order = torch.sort(-gains.flatten(), stable=True).indices
+        positions = torch.arange(width + 1)
+        marginal = self.shape.rows(positions[1:]) - self.shape.rows(positions[:-1])  # rows of position j
+        key = gains / marginal if self.shape.quadratic else gains
+        order = torch.sort(-key.flatten(), stable=True).indices
         taken = gains.flatten()[order]
         owners = order // width
-        firsts = (order % width == 0).double()  # the pair opening a request's draft window
+        zero = torch.zeros(1, dtype=torch.float64)
         n = torch.arange(batch * width + 1, dtype=torch.float64)
-        tokens = batch + torch.cat([torch.zeros(1, dtype=torch.float64), taken.cumsum(0)])
-        rows = batch + n
-        extra = (n > 0).double()
-        if self.shape.extra_forward:
-            rows = rows + n + torch.cat([torch.zeros(1, dtype=torch.float64), firsts.cumsum(0)])
-        seconds = self.cost.predict(rows, extra if self.shape.extra_forward else torch.zeros_like(extra))
+        tokens = batch + torch.cat([zero, taken.cumsum(0)])
+        rows = batch + torch.cat([zero, marginal[order % width].cumsum(0)])
+        extra = (n > 0).double() if self.shape.extra_forward else torch.zeros_like(n)
+        seconds = self.cost.predict(rows, extra)
         best = int(torch.argmax(tokens / seconds))  # the first of equal rates: the fewest rows
         return torch.bincount(owners[:best], minlength=batch)
 
     def _uniform(self, gains: torch.Tensor) -> torch.Tensor:
         """One width w for the whole batch, every request forwarding 1 + w rows (and as many drafting)."""
         batch, width = gains.shape
-        w = torch.arange(width + 1, dtype=torch.float64)
+        w = torch.arange(width + 1)
         tokens = batch + torch.cat([torch.zeros(1, dtype=torch.float64), gains.sum(0).cumsum(0)])
-        rows = batch * (1 + w)
-        extra = (w > 0).double()
-        if self.shape.extra_forward:
-            rows = rows + extra * batch * (1 + w)
-        seconds = self.cost.predict(rows, extra if self.shape.extra_forward else torch.zeros_like(extra))
+        rows = batch * self.shape.rows(w)
+        extra = (w > 0).double() if self.shape.extra_forward else torch.zeros(width + 1, dtype=torch.float64)
+        seconds = self.cost.predict(rows, extra)
         best = int(torch.argmax(tokens / seconds))
         return torch.full((batch,), best, dtype=torch.long)
 

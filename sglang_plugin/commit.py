@@ -8,6 +8,8 @@ pool has (KV written in scratch slots, or never written). Those rows are recompu
 window (`common.window.after_rows`), and a token is handed to SGLang only once the KV before it is in the pool.
 """
 
+import logging
+import time
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,10 +21,14 @@ from parallel_decoding.common.decoder import Decoder, Limits
 from parallel_decoding.common.logprob_rows import LogprobRows, logprob_rows
 from parallel_decoding.common.lora import LoRA
 from parallel_decoding.common.methods import make_decoder
+from parallel_decoding.common.quadratic_self_spec import QuadraticSelfSpecDecoder, cap_widths
 from parallel_decoding.common.row_stats import apply_rows
+from parallel_decoding.common.width_planner import Shape, planner_for
 from parallel_decoding.common.window import Attention, Forward, after_rows
 from parallel_decoding.sglang_plugin.logprobs import MISSING, Asked, Entry, asked, entries
 from parallel_decoding.sglang_plugin.worker import PluginWorker, sampling_of
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -60,20 +66,42 @@ class PooledDecoder:
 
 
 class CommitWorker(PluginWorker):
+    """Where the mode adapts its widths (quadratic self-speculation), one width per step for the batch
+    (`common.quadratic_self_spec.cap_widths`; SGLang's window is rectangular), priced by the step's measured time."""
+
     non_draft_tokens = 0
     lora: LoRA | None = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        quadratic = getattr(self.config, "mode", None) == "quadratic"
+        self.planner = planner_for(self.config, self.config.num_speculative_tokens,
+                                   Shape(quadratic=True, uniform=True)) if quadratic else None
+
+    def dropped(self, rid: str) -> None:
+        if self.planner is not None:
+            self.planner.forget([rid])
 
     def forward_batch_generation(self, batch: Any, on_publish: Any = None, pp_proxy_tensors: Any = None) -> Any:
         if not batch.forward_mode.is_decode():
             return self.prefill(batch, on_publish)
+        started = time.perf_counter()
         states = [self.held(req) for req in batch.reqs]
-        self.step(batch, states)
+        planned = [(req.rid, state.decoder) for req, state in zip(batch.reqs, states, strict=True)
+                   if state is not None and isinstance(state.decoder, QuadraticSelfSpecDecoder)]
+        if self.planner is not None and planned:
+            cap_widths(self.planner, [rid for rid, _ in planned], [decoder for _, decoder in planned])
+        width = self.step(batch, states)
+        if self.planner is not None:
+            report = self.planner.observe(len(states) * width, 0, time.perf_counter() - started)
+            if report is not None:
+                logger.info("parallel-decoding width planner (%s): %s", self.mode, report)
         committed = [state.emittable(len(req.output_ids)) for req, state in zip(batch.reqs, states, strict=True)]
         return self.result(batch, committed, on_publish, emitted_logprobs(batch.reqs, states, committed))
 
-    def step(self, batch: Any, states: list[PooledDecoder | None], scratch: bool = False) -> None:
+    def step(self, batch: Any, states: list[PooledDecoder | None], scratch: bool = False) -> int:
         """One forward of every given request's window (None: padding only), in SGLang's reserved slots or,
-        during a prefill, in scratch slots freed right after."""
+        during a prefill, in scratch slots freed right after; its width (rows per request)."""
         windows = [None if state is None else state.window() for state in states]
         width = max([1, *(w.num_tokens for w in windows if w is not None)])
         starts = torch.tensor([int(n) if state is None else state.pooled
@@ -112,6 +140,7 @@ class CommitWorker(PluginWorker):
         for state, window in zip(states, windows, strict=True):
             if state is not None:
                 state.digested(window)
+        return width
 
     def adapter(self, windows: list[Forward | None], width: int) -> AbstractContextManager:
         """The draft adapter (`draft_adapter`, loaded onto the served model's modules once) on for the rows of the

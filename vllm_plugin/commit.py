@@ -138,6 +138,7 @@ class CommitProposer(PluginProposer):
         drafts: list[list[int]] = [[] for _ in runner.input_batch.req_ids]
         for row, tokens in self.plan(runner, planned).items():
             drafts[row] = tokens
+        self.step_done(scheduler_output)
         return drafts, None
 
     def plan(self, runner: Any, planned: list[tuple[int, CommitRequest]]) -> dict[int, list[int]]:

@@ -5,7 +5,9 @@ the chain `[seed, drafts]` the engine computes causally, then one group per chai
 `vllm_plugin.group_attention` applies inside the same forward. The decoder verifies the chain (its own rejection
 rule and seeded generator) and drafts from the last accepted token's group; vLLM keeps the KV of the accepted
 chain, which is where the engine wrote it. A draft adapter (`draft_adapter`) is on for the groups' rows of the
-forward only: the chain's rows see no group row, so they verify with the base model exactly.
+forward only: the chain's rows see no group row, so they verify with the base model exactly. Where the config
+adapts (the default), a width planner caps each request's drafts per step before it plans
+(`common.quadratic_self_spec.cap_widths`).
 """
 
 from contextlib import AbstractContextManager, ExitStack
@@ -14,6 +16,8 @@ from typing import Any
 import torch
 
 from parallel_decoding.common.lora import LoRA
+from parallel_decoding.common.quadratic_self_spec import cap_widths
+from parallel_decoding.common.width_planner import Shape
 from parallel_decoding.vllm_plugin import group_attention
 from parallel_decoding.vllm_plugin.commit import CommitProposer, CommitRequest
 from parallel_decoding.vllm_plugin.group_attention import GroupedWindow
@@ -21,15 +25,20 @@ from parallel_decoding.vllm_plugin.group_attention import GroupedWindow
 
 class QuadraticSelfSpecProposer(CommitProposer):
     lora: LoRA | None = None
+
     def __init__(self, vllm_config: Any) -> None:
         super().__init__(vllm_config)
         self.layers: dict[str, Any] = vllm_config.compilation_config.static_forward_context
+        self.plan_by_load(self.config.num_speculative_tokens, Shape(quadratic=True))
 
     def load_model(self, target_model: torch.nn.Module) -> None:
         """The model's attention layers exist now: wrap them, once, to run the groups' passes."""
         group_attention.install(self.layers)
 
     def plan(self, runner: Any, planned: list[tuple[int, CommitRequest]]) -> dict[int, list[int]]:
+        if self.planner is not None and planned:
+            cap_widths(self.planner, [runner.input_batch.req_ids[row] for row, _ in planned],
+                       [state.decoder for _, state in planned])
         drafts = {}
         for row, state in planned:
             state.forward = state.decoder.next_forward()
@@ -44,7 +53,7 @@ class QuadraticSelfSpecProposer(CommitProposer):
             if state is None or not self.scheduled_window(runner, req_id, state, end - int(queries[row])):
                 continue
             decoder, forward = state.decoder, state.forward
-            chain, group = decoder.drafts.numel() + 1, decoder.config.block_size + 1
+            chain, group = decoder.drafts.numel() + 1, decoder.group_masks + 1
             if forward.num_tokens > chain:  # the chain alone near the end of the context
                 windows.append(GroupedWindow(end - forward.num_tokens, row, decoder.cache_len, chain, group,
                                              forward.positions[chain:]))

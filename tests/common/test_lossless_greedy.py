@@ -10,6 +10,8 @@ from parallel_decoding.common.methods import make_decoder, parse_config
 from parallel_decoding.common.quadratic_self_spec import QuadraticSelfSpecConfig, quadratic_forward
 from parallel_decoding.common.runner import ReferenceRunner
 from parallel_decoding.common.sampling import SamplingParams
+from scripts import corpus
+from scripts.trained_models import SHIPPED
 from tests.support import ties
 
 MAX_TOKENS = 29
@@ -178,3 +180,34 @@ def test_quadratic_layout_matches_its_definition(dlm_type):
     alone = quadratic_forward(chain, start, config, grouped=False)
     assert alone.token_ids.tolist() == chain and alone.visibility().tolist() == [[j <= i for j in range(m)]
                                                                                   for i in range(m)]
+
+
+def test_quadratic_steps_capped_by_a_width_planner_stay_greedy_ar():
+    """On the trained NLD checkpoint: drafts capped per step as an engine's width planner caps them (0: the chain
+    alone, a plain AR step; fewer than the drafts in hand: the chain cut; groups of cap + 1 masks) change the rows
+    forwarded, never the tokens, and the drafts kept are still accepted."""
+    model, tokenizer = load(SHIPPED / "nld")
+    config = parse_config("diffusion_self_quadratic", {"block_size": 6}, mask_token_id=model.config.mask_token_id)
+    caps = [5, 2, 0, 3, 5, 1, 4, 0, 5, 5]
+    got, want, shapes, accepted = [], [], [], 0
+    for prompt in corpus.prompts(4):
+        ids = tokenizer.encode(prompt)
+        want.append(ReferenceRunner(model).run(make_decoder("ar", None, ids, SamplingParams(), Limits(MAX_TOKENS))))
+        decoder = make_decoder("diffusion_self_quadratic", config, ids, SamplingParams(), Limits(MAX_TOKENS))
+        plan, steps = decoder.plan, iter(caps * 8)
+
+        def capped(decoder=decoder, plan=plan, steps=steps):
+            decoder.draft_cap = cap = next(steps)
+            had = decoder.drafts.numel()
+            forward = plan()
+            shapes.append((cap, had, decoder.drafts.numel(), forward.num_tokens))
+            return forward
+
+        decoder.plan = capped
+        got.append(ReferenceRunner(model).run(decoder).token_ids)
+        accepted += decoder.acceptance.num_accepted_tokens
+    ties.compare(got, [w.token_ids for w in want], [w.margins for w in want])
+    for cap, had, chain, rows in shapes:
+        assert chain == min(had, cap) and rows == (chain + 1) * (1 + (cap + 2 if cap else 0))
+    assert any(had > cap > 0 for cap, had, *_ in shapes) and any(cap == 0 < had for cap, had, *_ in shapes)
+    assert accepted >= len(shapes) // 4

@@ -47,14 +47,18 @@ def small_model():
 
 
 
-def empirical(model, method: str, settings: dict, params: SamplingParams, length: int = LENGTH
-              ) -> dict[tuple[int, ...], int]:
+def empirical(model, method: str, settings: dict, params: SamplingParams, length: int = LENGTH,
+              caps: tuple[int, ...] = ()) -> dict[tuple[int, ...], int]:
+    """Counts of each continuation over `SAMPLES` seeds; `caps`: the drafts a quadratic decoder may verify at each
+    step, as an engine's width planner caps them."""
     config = parse_config(method, settings, mask_token_id=MASK)
     runner = ReferenceRunner(model)
     counts: dict[tuple[int, ...], int] = {}
     for seed in range(SAMPLES):
         request = SamplingParams(params.temperature, params.top_p, params.top_k, seed=seed)
         decoder = make_decoder(method, config, PROMPT, request, Limits(length))
+        if caps:
+            decoder.plan = capped(decoder, caps)
         key = tuple(runner.run(decoder).token_ids)
         counts[key] = counts.get(key, 0) + 1
     return counts
@@ -76,6 +80,26 @@ def resample_from_target(drafts, target_logits, params, generator, draft_probs=N
 def test_distribution_matches_ar(small_model, method, settings, params):
     p_value = chi_square_p_value(empirical(small_model, method, settings, params), exact_joint(small_model, params))
     assert p_value > P_VALUE_FLOOR
+
+
+def capped(decoder, caps: tuple[int, ...]):
+    """The decoder's `plan`, with its draft cap set from `caps` at each step first."""
+    plan, steps = decoder.plan, iter(caps)
+
+    def plan_capped():
+        decoder.draft_cap = next(steps, caps[-1])
+        return plan()
+
+    return plan_capped
+
+
+@pytest.mark.parametrize("caps", [(), (3, 1), (1, 0)], ids=["full", "capped", "chain-alone"])
+def test_quadratic_distribution_matches_ar_under_any_widths(small_model, caps):
+    """Quadratic self-speculation over 4 tokens (its second step verifies a draft), at the full width, with
+    narrower groups, and with its draft dropped for the chain alone (a width planner's caps)."""
+    params = PARAMS[0]
+    counts = empirical(small_model, "diffusion_self_quadratic", {"block_size": 4}, params, SPEC_LENGTH, caps)
+    assert chi_square_p_value(counts, exact_joint(small_model, params, SPEC_LENGTH)) > P_VALUE_FLOOR
 
 
 @pytest.mark.parametrize("wrong_rule", [False, True], ids=["exact", "wrong-rule-detected"])

@@ -131,3 +131,33 @@ def test_planner_for_follows_the_config_and_reports_at_most_every_interval():
     assert plan.observe(8, 0, 0.05)["measured_steps"] == 1 and plan.observe(8, 0, 0.05) is None
     assert len(plan.cost.steps) == 2
     assert planner_for(parse_config("jacobi", {"step_cost": [1, 0, 0]}), 4, Shape()).cost.coefficients == [1, 0, 0]
+
+
+def rate(plan: WidthPlanner, gains: torch.Tensor, widths: list[int]) -> float:
+    """Expected tokens per predicted second of a step giving each request its width."""
+    w = torch.tensor(widths)
+    tokens = len(widths) + sum(float(g[:n].sum()) for g, n in zip(gains, widths, strict=True))
+    return tokens / float(plan.cost.predict(plan.shape.rows(w).sum(), torch.zeros(())))
+
+
+def test_quadratic_rows_grow_with_the_square_of_the_width():
+    """Quadratic self-speculation pays (w + 1)(w + 3) rows for w drafts (the chain alone at w = 0): the planner
+    takes the width that maximises tokens per second among all of them, narrower than where rows grow linearly."""
+    shape = Shape(quadratic=True)
+    assert shape.rows(torch.arange(4)).tolist() == [1, 8, 15, 24]
+    for cost in [(1.0, 0.0, 0.0), (1.0, 0.01, 0.0), (1.0, 0.03, 0.0), (1.0, 1.0, 0.0)]:
+        plan = planner(cost, shape)
+        accepting(plan, ["a", "b"], [8, 3])
+        gains = plan.acceptance.rates(["a", "b"]).cumprod(1)
+        widths = plan.plan(["a", "b"], [8, 8]).tolist()
+        best = max(rate(plan, gains, [i, j]) for i in range(9) for j in range(9))
+        assert rate(plan, gains, widths) >= 0.99 * best, (cost, widths)
+        for key, gain in zip(["a", "b"], gains, strict=True):  # alone: exactly the best width
+            alone = plan.plan([key], [8]).tolist()
+            assert rate(plan, gain[None], alone) == max(rate(plan, gain[None], [w]) for w in range(9))
+    assert planner((1.0, 0.0, 0.0), shape).plan(KEYS, [8] * 4).tolist() == [8] * 4
+    assert planner((1.0, 1.0, 0.0), shape).plan(KEYS, [8] * 4).tolist() == [0] * 4
+    linear, quadratic = planner((1.0, 0.01, 0.0)), planner((1.0, 0.01, 0.0), shape)
+    assert 0 < quadratic.plan(KEYS, [8] * 4).max() < linear.plan(KEYS, [8] * 4).min()
+    uniform = planner((1.0, 0.01, 0.0), Shape(quadratic=True, uniform=True)).plan(KEYS, [8] * 4)
+    assert len(set(uniform.tolist())) == 1 and 0 < uniform[0] < 8

@@ -43,9 +43,12 @@ def test_engine_keywords_equal_reference(engine_dir, prompts, cpu_engine_env):
                  [e.margins for e in expected])
 
 
-def test_the_width_planner_decides_what_is_forwarded(engine_dir, prompts, cpu_engine_env):
-    """`diffusion_self`: with rows dear (`step_cost`) every step is a plain AR step, one token each; with rows free
-    every step drafts the full width and accepts what `adaptive: false` does; the reference's AR tokens either way."""
+@pytest.mark.parametrize("config", [{"num_speculative_tokens": 4}, {"mode": "quadratic", "num_speculative_tokens": 3}],
+                         ids=["linear", "quadratic"])
+def test_the_width_planner_decides_what_is_forwarded(engine_dir, prompts, cpu_engine_env, config):
+    """`diffusion_self`, both modes: with rows dear (`step_cost`) every step is a plain AR step, one token each;
+    with rows free every step drafts the full width and accepts what `adaptive: false` does; the reference's AR
+    tokens either way."""
     model, tokenizer = load(engine_dir["qwen3"])
     ids = [tokenizer.encode(prompt) for prompt in prompts[:6]]
     expected = [ReferenceRunner(model).run(make_decoder("ar", parse_config("ar"), p, SamplingParams(), Limits(20)))
@@ -53,7 +56,7 @@ def test_the_width_planner_decides_what_is_forwarded(engine_dir, prompts, cpu_en
     steps = {}
     for label, extra in {"dear": {"step_cost": [0.01, 1.0, 1.0]}, "free": {"step_cost": [1.0, 0.0, 0.0]},
                          "fixed": {"adaptive": False}}.items():
-        outputs = generate(engine_dir["qwen3"], "diffusion_self", {"num_speculative_tokens": 4, **extra}, ids)
+        outputs = generate(engine_dir["qwen3"], "diffusion_self", {**config, **extra}, ids)
         ties.compare([out["output_ids"] for out in outputs], [e.token_ids for e in expected],
                      [e.margins for e in expected])
         steps[label] = sum(out["meta_info"]["spec_verify_ct"] for out in outputs)

@@ -1,7 +1,10 @@
 """vLLM with `diffusion_self` in mode `quadratic`: one forward per step (the chain verified causally, the groups'
 structured mask applied inside the same forward) returns exactly the tokens of `parallel-decoding generate`,
 greedy and sampled, batched; on the shipped trained NLD checkpoint it is greedy AR, accepts the drafts the
-reference accepts, and runs one forward per step; sampling settings its decoder does not apply are refused."""
+reference accepts, and runs one forward per step; its width planner decides the rows forwarded; sampling settings
+its decoder does not apply are refused."""
+
+from typing import Any
 
 import pytest
 
@@ -31,21 +34,34 @@ def test_equals_reference_cli(engine_dir, prompts, tmp_path, temperature):
 
 
 def test_trained_nld_greedy_equals_ar_and_accepts_as_the_reference():
-    """On held-out prompts whose reference decoding takes no near-tied decision; vLLM's counters: one step per
-    forward, the reference's accepted drafts."""
+    """On held-out prompts whose reference decoding takes no near-tied decision; at the configured width
+    (`adaptive: false`) vLLM's counters are the reference's: one step per forward, the reference's accepted drafts.
+    The width planner decides what is forwarded: with rows dear (`step_cost`) every step forwards the chain alone
+    (no draft at all), with rows free the full width, as pinned; greedy AR's tokens every time."""
     model_dir = SHIPPED / "nld"
     tokenizer = load(model_dir)[1]
     settings = {k: v for k, v in SPEC.items() if k != "method"}
     prompts, reference_decoders, want = ties.untied_references(model_dir, "diffusion_self", settings,
                                                                corpus.prompts(12), MAX_TOKENS)
     assert len(prompts) >= 6
-    with engine(model_dir, SPEC) as llm:
-        got = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True))
-        stats = acceptance(llm)
-        with pytest.raises(VLLMValidationError, match="bad_words"):  # its decoder picks the tokens
-            llm.generate(prompts[:1], SamplingParams(max_tokens=4, bad_words=["the"]))
-    ties.compare_greedy(model_dir, [tokenizer.encode(p) for p in prompts],
-                        [list(o.outputs[0].token_ids) for o in got], want)
-    assert stats.num_accepted_tokens == sum(d.acceptance.num_accepted_tokens for d in reference_decoders)
-    assert stats.num_drafts == sum(d.forwards - 1 for d in reference_decoders)  # one forward per step
+    params = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True)
+
+    def run(extra: dict) -> tuple[list, Any]:
+        """Outputs and counters of an engine that is gone when this returns (one engine at a time)."""
+        with engine(model_dir, {**SPEC, **extra}) as llm:
+            if extra.get("adaptive") is False:
+                with pytest.raises(VLLMValidationError, match="bad_words"):  # its decoder picks the tokens
+                    llm.generate(prompts[:1], SamplingParams(max_tokens=4, bad_words=["the"]))
+            return llm.generate(prompts, params), acceptance(llm)
+
+    stats = {}
+    for label, extra in {"fixed": {"adaptive": False}, "dear": {"step_cost": [0.01, 1.0, 1.0]},
+                         "free": {"step_cost": [1.0, 0.0, 0.0]}}.items():
+        got, stats[label] = run(extra)
+        ties.compare_greedy(model_dir, [tokenizer.encode(p) for p in prompts],
+                            [list(o.outputs[0].token_ids) for o in got], want)
+    assert stats["fixed"].num_accepted_tokens == sum(d.acceptance.num_accepted_tokens for d in reference_decoders)
+    assert stats["fixed"].num_drafts == sum(d.forwards - 1 for d in reference_decoders)  # one forward per step
     assert sum(d.tokens_per_forward for d in reference_decoders) / len(prompts) > 1.2
+    assert stats["dear"].num_draft_tokens == 0
+    assert stats["free"].num_draft_tokens == stats["fixed"].num_draft_tokens > 0
