@@ -178,11 +178,16 @@ class PlannerStats:
 REPORT_EVERY_S = 10.0
 
 
-def planner_for(config: Any, max_width: int, shape: Shape) -> "WidthPlanner | None":
-    """The planner of a method whose config adapts its widths (`adapts`), with its `step_cost` if fixed; else None."""
+def planner_for(config: Any, max_width: int, shape: Shape, measured: bool = True) -> "WidthPlanner | None":
+    """The planner of a method whose config adapts its widths (`adapts`), with its `step_cost` if fixed; else None.
+
+    Not `measured` (workers that each plan the same batch, tensor or pipeline parallel, whose plans must agree and
+    whose timings differ): without a `step_cost` the prior's shape is the cost model, never refitted, so the plan
+    is a function of the requests' acceptance, which every worker sees alike."""
     if not getattr(config, "adapts", False):
         return None
-    return WidthPlanner(max_width, shape, StepCost(config.step_cost))
+    fixed = config.step_cost if config.step_cost is not None or measured else StepCost.PRIOR
+    return WidthPlanner(max_width, shape, StepCost(fixed))
 
 
 class WidthPlanner:

@@ -50,12 +50,14 @@ class PluginProposer(runner_hooks.Hooked):
         self.sampling: dict[str, SamplingParams] = {}
         self.generators: dict[str, torch.Generator] = {}
         self.requests: dict[str, Any] = {}  # the method's own per-request state, where it keeps one
+        self.workers: int = vllm_config.parallel_config.world_size  # each plans the batch for itself
         runner_hooks.install()
         cpu_kernels.install()
 
     def plan_by_load(self, max_width: int, shape: Shape | None = None) -> None:
-        """Choose widths per step with a `common.width_planner` when the config adapts."""
-        self.planner = planner_for(self.config, max_width, shape or Shape())
+        """Choose widths per step with a `common.width_planner` when the config adapts; by a cost model every worker
+        shares where there are several (tensor or pipeline parallel: their forwards must agree)."""
+        self.planner = planner_for(self.config, max_width, shape or Shape(), measured=self.workers == 1)
 
     def begin_step(self, runner: Any, scheduler_output: Any) -> None:
         self.step_started = time.perf_counter()

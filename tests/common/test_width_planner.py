@@ -131,6 +131,12 @@ def test_planner_for_follows_the_config_and_reports_at_most_every_interval():
     assert plan.observe(8, 0, 0.05)["measured_steps"] == 1 and plan.observe(8, 0, 0.05) is None
     assert len(plan.cost.steps) == 2
     assert planner_for(parse_config("jacobi", {"step_cost": [1, 0, 0]}), 4, Shape()).cost.coefficients == [1, 0, 0]
+    # Several workers planning the same batch (tensor parallel) share the prior's cost model, never their timings.
+    shared = planner_for(parse_config("jacobi", {"block_size": 4}), 4, Shape(), measured=False)
+    shared.observe(8, 0, 0.05)
+    assert shared.cost.coefficients == StepCost.PRIOR and not shared.cost.steps
+    assert planner_for(parse_config("jacobi", {"step_cost": [1, 0, 0]}), 4, Shape(), measured=False
+                       ).cost.coefficients == [1, 0, 0]
 
 
 def rate(plan: WidthPlanner, gains: torch.Tensor, widths: list[int]) -> float:

@@ -20,7 +20,7 @@ METHODS = {
     "jacobi": ("jacobi", {"block_size": 8, "adaptive": False}),
     "jacobi_recycling": ("jacobi", {"block_size": 8, "num_blocks": 2, "pool_size": 4, "recycling": "linear"}),
     "diffusion_self_quadratic": ("diffusion_self", {"mode": "quadratic", "num_speculative_tokens": 3,
-                                                    "draft_adapter": "draft_lora"}),
+                                                    "draft_adapter": "draft_lora", "adaptive": False}),
 }
 # Least tokens per verify step a method must reach with the shipped draft adapter: linear ~2.6, quadratic (the
 # adapter on its groups' rows only) ~1.6; ~1.0 where the adapter is not applied.

@@ -20,7 +20,7 @@ METHODS = {
     "jacobi_recycling": {"method": "jacobi", "block_size": 8, "num_blocks": 2, "pool_size": 4, "recycling": "linear",
                          "adaptive": False},
     "diffusion_self_quadratic": {"method": "diffusion_self", "mode": "quadratic", "num_speculative_tokens": 3,
-                                 "draft_adapter": "draft_lora"},
+                                 "draft_adapter": "draft_lora", "adaptive": False},
 }
 SWEEP = ("jacobi", "jacobi_recycling", "diffusion_self_quadratic")
 # Tokens per verify step the draft adapter must reach (measured on these prompts: 2.6 linear at 8 drafts, 1.57
