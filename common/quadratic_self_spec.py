@@ -9,7 +9,7 @@ proposal otherwise). The group of the last accepted token drafts the next step: 
 m = k - 1 drafts per step, at one forward per step. The forward is m (k + 2) rows long: where that would run past
 the context (`Limits.context`, an engine's model length), the step drafts less, or forwards the chain alone.
 
-An engine's width planner (`common.width_planner`) may cap the drafts per step at w < k - 1 (`draft_cap`): the step
+An engine's width planner (`common.width_planner`) may cap the drafts per step at w < k - 1 (`cap`): the step
 then verifies at most w drafts and lays groups of w + 1 masks, (w + 1)(w + 3) rows; w = 0 forwards the chain alone,
 a plain AR step. The output does not depend on it.
 """
@@ -28,7 +28,6 @@ from parallel_decoding.common.draft_layout import DLM_TYPES, draft_rows
 from parallel_decoding.common.errors import require, require_mask_token
 from parallel_decoding.common.row_stats import RowReading, RowStats
 from parallel_decoding.common.sampling import SamplingParams
-from parallel_decoding.common.width_planner import WidthPlanner
 from parallel_decoding.common.window import Attention, Forward, Outcome
 
 
@@ -111,10 +110,17 @@ class QuadraticSelfSpecDecoder(Decoder):
         self.verified = (0, 0)  # the last step's drafts verified and accepted, for an engine's planner
 
     @property
+    def most_drafts(self) -> int:
+        return self.config.block_size - 1
+
+    @property
     def width(self) -> int:
         """Drafts the next forward verifies at most and drafts for the step after: k - 1, or the planner's cap."""
-        most = self.config.block_size - 1
-        return most if self.draft_cap is None else max(min(self.draft_cap, most), 0)
+        return self.most_drafts if self.draft_cap is None else max(min(self.draft_cap, self.most_drafts), 0)
+
+    def cap(self, width: int) -> None:
+        """An engine's width planner's cap on the next forward (`common.width_planner.cap_widths`)."""
+        self.draft_cap = width
 
     def groups_fit(self, chain_len: int, start: int, masks: int) -> int:
         """How many of a chain's tokens can have their group of `masks` slots in a forward from `start` (rows
@@ -196,15 +202,3 @@ class QuadraticSelfSpecDecoder(Decoder):
         self.drafts, self.draft_probs = drafts, probs
         return Outcome(committed, kv_keep=len(committed))
 
-
-def cap_widths(planner: WidthPlanner, keys: list[str], decoders: Sequence[QuadraticSelfSpecDecoder]) -> None:
-    """Before the decoders plan their next forwards: tell the planner how each one's last verification went, then
-    cap each one's drafts at the width the planner gives it (an engine's batch, `keys` naming its requests)."""
-    verified = [decoder.verified for decoder in decoders]
-    for decoder in decoders:
-        decoder.verified = (0, 0)  # told once, also where a step does not digest the next forward
-    planner.record(keys, [v for v, _ in verified], [a for _, a in verified])
-    limits = [d.config.block_size - 1 for d in decoders]  # the next step clips its drafts by what remains
-    seeded = [d.sampling.seed is not None for d in decoders]
-    for decoder, width in zip(decoders, planner.plan(keys, limits, seeded).tolist(), strict=True):
-        decoder.draft_cap = width

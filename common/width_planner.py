@@ -10,8 +10,9 @@ those inputs, so a test can drive it with a fixed `StepCost`. Lossless methods' 
 
 import time
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -29,12 +30,14 @@ def check_step_cost(step_cost: object) -> None:
 @dataclass(frozen=True)
 class Shape:
     """How a method's step spends rows on drafts: `extra_forward`, a draft forward of its own with `[seed, mask x w]`
-    per drafting request (linear `diffusion_self`); `quadratic`, w drafts cost (w + 1)(w + 3) rows in one forward
-    (quadratic `diffusion_self`: a chain of w + 1, a group of w + 2 per chain token; the chain alone at w = 0);
-    `uniform`, every request forwards the batch's widest window (an engine whose verify layout is rectangular,
-    SGLang's)."""
+    per drafting request (linear `diffusion_self`); `mask_slots`, the next step's w drafts drawn from w + 1 mask
+    slots in the verify forward itself, 2 (w + 1) rows (`wedlm_spec`); `quadratic`, w drafts cost (w + 1)(w + 3)
+    rows in one forward (quadratic `diffusion_self`: a chain of w + 1, a group of w + 2 per chain token; the chain
+    alone at w = 0); `uniform`, every request forwards the batch's widest window (an engine whose verify layout
+    is rectangular, SGLang's)."""
 
     extra_forward: bool = False
+    mask_slots: bool = False
     quadratic: bool = False
     uniform: bool = False
 
@@ -43,7 +46,7 @@ class Shape:
         widths = widths.double()
         if self.quadratic:
             return torch.where(widths > 0, (widths + 1) * (widths + 3), torch.ones_like(widths))
-        return (1 + widths) * (1 + (self.extra_forward & (widths > 0)).double())
+        return (1 + widths) * (1 + ((self.extra_forward or self.mask_slots) & (widths > 0)).double())
 
 
 class StepCost:
@@ -280,3 +283,27 @@ class WidthPlanner:
 
     def forget(self, keys: list[str] | set[str]) -> None:
         self.acceptance.forget(keys)
+
+
+class Capped(Protocol):
+    """A decoder whose drafts an engine's planner caps step by step: `verified`, its last step's drafts verified and
+    accepted (not yet told to a planner); `most_drafts`, its configured width; `cap(width)` before it plans."""
+
+    verified: tuple[int, int]
+    most_drafts: int
+    sampling: Any
+
+    def cap(self, width: int) -> None: ...
+
+
+def cap_widths(planner: WidthPlanner, keys: list[str], decoders: Sequence[Capped]) -> None:
+    """Before decoders that plan their own forwards plan the next ones: tell the planner how each one's last
+    verification went, then cap each one at the width the planner gives it (`keys` naming the engine's requests)."""
+    verified = [decoder.verified for decoder in decoders]
+    for decoder in decoders:
+        decoder.verified = (0, 0)  # told once, also where a step does not digest the next forward
+    planner.record(keys, [v for v, _ in verified], [a for _, a in verified])
+    limits = [decoder.most_drafts for decoder in decoders]  # the next step clips its drafts by what remains
+    seeded = [decoder.sampling.seed is not None for decoder in decoders]
+    for decoder, width in zip(decoders, planner.plan(keys, limits, seeded).tolist(), strict=True):
+        decoder.cap(width)

@@ -21,9 +21,9 @@ from parallel_decoding.common.decoder import Decoder, Limits
 from parallel_decoding.common.logprob_rows import LogprobRows, logprob_rows
 from parallel_decoding.common.lora import LoRA
 from parallel_decoding.common.methods import make_decoder
-from parallel_decoding.common.quadratic_self_spec import QuadraticSelfSpecDecoder, cap_widths
+from parallel_decoding.common.quadratic_self_spec import QuadraticSelfSpecDecoder
 from parallel_decoding.common.row_stats import apply_rows
-from parallel_decoding.common.width_planner import Shape, planner_for
+from parallel_decoding.common.width_planner import Shape, cap_widths, planner_for
 from parallel_decoding.common.window import Attention, Forward, after_rows
 from parallel_decoding.sglang_plugin.logprobs import MISSING, Asked, Entry, asked, entries
 from parallel_decoding.sglang_plugin.worker import PluginWorker, sampling_of
@@ -67,7 +67,7 @@ class PooledDecoder:
 
 class CommitWorker(PluginWorker):
     """Where the mode adapts its widths (quadratic self-speculation), one width per step for the batch
-    (`common.quadratic_self_spec.cap_widths`; SGLang's window is rectangular), priced by the step's measured time."""
+    (`common.width_planner.cap_widths`; SGLang's window is rectangular), priced by the step's measured time."""
 
     non_draft_tokens = 0
     lora: LoRA | None = None

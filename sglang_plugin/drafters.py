@@ -13,6 +13,7 @@ from parallel_decoding.common.jacobi import JacobiDecoder
 from parallel_decoding.common.lora import LoRA
 from parallel_decoding.common.sampling import choose
 from parallel_decoding.common.wedlm_spec import WeDLMSpecDecoder
+from parallel_decoding.common.width_planner import Capped
 from parallel_decoding.common.window import rectangular
 from parallel_decoding.sglang_plugin.drafts import Drafts, RequestState
 
@@ -133,15 +134,19 @@ class WeDLMSpecDrafter(FollowingDrafter):
     decoder_class = WeDLMSpecDecoder
 
     def limits(self, reqs: list, states: list[RequestState]) -> list[int]:
-        return [0 if (d := self.decoder(req, state)).finished else len(d.window_tokens)
+        """Its most drafts (its window's mask slots follow them)."""
+        return [0 if (d := self.decoder(req, state)).finished else d.most_drafts
                 for req, state in zip(reqs, states, strict=True)]
 
     def draft(self, batch: Any, reqs: list, states: list[RequestState], seeds: list[int], widths: list[int]
               ) -> list[Drafts]:
-        """Its whole window (it does not adapt its width: the mask slots draft its next drafts)."""
+        """Its window capped at the planned width (`WeDLMSpecDecoder.cap`: its drafts and mask slots; the whole
+        window where the mode does not adapt), the mask slots not counted as drafts."""
         drafts = []
-        for req, state in zip(reqs, states, strict=True):
-            decoder = self.decoder(req, state)
+        for req, state, width in zip(reqs, states, widths, strict=True):
+            decoder: Capped = self.decoder(req, state)
+            if self.config.adapts:
+                decoder.cap(width)
             tokens = decoder.window_tokens if not decoder.finished else []
             probs = None  # none drafted yet: every slot a point mass, as `common.acceptance.verify` reads None
             if tokens and decoder.draft_probs is not None:
@@ -149,7 +154,7 @@ class WeDLMSpecDrafter(FollowingDrafter):
                 probs = torch.zeros(len(tokens), decoder.draft_probs.shape[-1])
                 probs[:m] = decoder.draft_probs
                 probs[m:, self.config.mask_token_id] = 1.0
-            drafts.append(Drafts(tokens, probs))
+            drafts.append(Drafts(tokens, probs, verifies=decoder.drafts.numel() if tokens else 0))
         return drafts
 
     def after_verify(self, reqs: list, states: list, logits: torch.Tensor, predicted: torch.Tensor, drafts: list,

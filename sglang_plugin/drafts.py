@@ -15,6 +15,11 @@ class Drafts:
 
     tokens: list[int]
     probs: torch.Tensor | None = None
+    verifies: int | None = None  # how many of `tokens` are drafts (None: all; WeDLM-drafted speculation's mask slots)
+
+    @property
+    def drafted(self) -> int:
+        return len(self.tokens) if self.verifies is None else self.verifies
 
 
 @dataclass

@@ -59,8 +59,9 @@ class VerifyWorker(PluginWorker):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.drafter = make_drafter(self.mode, self.config, self)
-        self.planner = planner_for(self.config, self.width - 1,
-                                   Shape(uniform=True, extra_forward=self.mode == "diffusion_self"))
+        slots = self.mode == "wedlm_spec"  # the next drafts' mask slots ride in the verify window
+        self.planner = planner_for(self.config, self.config.window - 1 if slots else self.width - 1,
+                                   Shape(uniform=True, extra_forward=self.mode == "diffusion_self", mask_slots=slots))
 
     @property
     def masks(self) -> int | None:
@@ -115,8 +116,8 @@ class VerifyWorker(PluginWorker):
                      for row, (state, d, run) in enumerate(zip(states, drafts, greedy, strict=True))]
         self.drafter.after_verify(batch.reqs, states, logits, predicted, drafts, committed)
         if self.planner is not None:
-            self.planner.record([r.rid for r in batch.reqs], [len(d.tokens) for d in drafts],
-                                [len(run) - 1 for run in committed])
+            self.planner.record([r.rid for r in batch.reqs], [d.drafted for d in drafts],
+                                [min(len(run) - 1, d.drafted) for run, d in zip(committed, drafts, strict=True)])
             draft_rows = self.drafter.forwarded_rows
             report = self.planner.observe(tokens.numel() + draft_rows, int(draft_rows > 0),
                                           time.perf_counter() - started)

@@ -52,10 +52,15 @@ class FollowingProposer(PluginProposer):
                 state.seen = None
             drafts.append([] if state.decoder.finished else self.drafts_of(state.decoder))
             states.append(state)
-        widths = self.widths(runner, scheduler_output, sampled_token_ids, [len(d) for d in drafts])
-        drafts = [d[:w] for d, w in zip(drafts, widths, strict=True)]
+        drafts = self.capped(runner, scheduler_output, sampled_token_ids, drafts, states)
         self.step_done(scheduler_output)
         return drafts, self.proposals(runner, drafts, states)
+
+    def capped(self, runner: Any, scheduler_output: Any, sampled_token_ids: list[list[int]], drafts: list[list[int]],
+               states: list[FollowedRequest | None]) -> list[list[int]]:
+        """The drafts vLLM schedules: each request's leading ones, as many as the planner gives it (`widths`)."""
+        widths = self.widths(runner, scheduler_output, sampled_token_ids, [len(d) for d in drafts])
+        return [d[:w] for d, w in zip(drafts, widths, strict=True)]
 
     def resume(self, runner: Any, row: int, req_id: str, num_tokens: int) -> FollowedRequest:
         """A decoder over the request's tokens so far, drawing with the request's own generator."""

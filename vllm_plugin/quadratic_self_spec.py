@@ -7,7 +7,7 @@ rule and seeded generator) and drafts from the last accepted token's group; vLLM
 chain, which is where the engine wrote it. A draft adapter (`draft_adapter`) is on for the groups' rows of the
 forward only: the chain's rows see no group row, so they verify with the base model exactly. Where the config
 adapts (the default), a width planner caps each request's drafts per step before it plans
-(`common.quadratic_self_spec.cap_widths`).
+(`common.width_planner.cap_widths`).
 """
 
 from contextlib import AbstractContextManager, ExitStack
@@ -16,8 +16,7 @@ from typing import Any
 import torch
 
 from parallel_decoding.common.lora import LoRA
-from parallel_decoding.common.quadratic_self_spec import cap_widths
-from parallel_decoding.common.width_planner import Shape
+from parallel_decoding.common.width_planner import Shape, cap_widths
 from parallel_decoding.vllm_plugin import group_attention
 from parallel_decoding.vllm_plugin.commit import CommitProposer, CommitRequest
 from parallel_decoding.vllm_plugin.group_attention import GroupedWindow

@@ -4,7 +4,9 @@ Each request keeps a `common.wedlm_spec.WeDLMSpecDecoder`. A step schedules `[se
 rejection sampler verifies the drafts and the mask slots alike, a mask slot's proposal being a point mass on the
 mask token, so the slot that follows the last accepted draft yields the bonus (greedy: the argmax; sampled: the
 residual of a point mass, which is the target distribution itself). The mask rows past the bonus's slot become
-the decoder's next drafts, with their proposal probabilities for the sampler.
+the decoder's next drafts, with their proposal probabilities for the sampler. Where the config adapts (the
+default), a width planner caps each request's drafts and mask slots before its window is scheduled
+(`common.width_planner.cap_widths`); a step it caps at 0 is a plain AR step, which the decoder follows.
 """
 
 from typing import Any
@@ -12,11 +14,29 @@ from typing import Any
 import torch
 
 from parallel_decoding.common.wedlm_spec import WeDLMSpecDecoder
+from parallel_decoding.common.width_planner import Shape, cap_widths
 from parallel_decoding.vllm_plugin.following import FollowedRequest, FollowingProposer
 
 
 class WeDLMSpecProposer(FollowingProposer):
     decoder_class = WeDLMSpecDecoder
+    follows_plain_steps = True
+
+    def __init__(self, vllm_config: Any) -> None:
+        super().__init__(vllm_config)
+        self.plan_by_load(self.config.window - 1, Shape(mask_slots=True))
+
+    def capped(self, runner: Any, scheduler_output: Any, sampled_token_ids: list[list[int]], drafts: list[list[int]],
+               states: list[FollowedRequest | None]) -> list[list[int]]:
+        """Each decoder's window after the planner has capped it (its drafts and its mask slots)."""
+        if self.planner is None:
+            return drafts
+        rows = [row for row, state in enumerate(states) if state is not None and not state.decoder.finished]
+        cap_widths(self.planner, [runner.input_batch.req_ids[row] for row in rows],
+                   [states[row].decoder for row in rows])
+        for row in rows:
+            drafts[row] = self.drafts_of(states[row].decoder)
+        return drafts
 
     def before_sample(self, runner: Any, logits: torch.Tensor, metadata: Any) -> None:
         """Each verified request's mask rows past the bonus's slot."""
@@ -30,8 +50,9 @@ class WeDLMSpecProposer(FollowingProposer):
                 state.seen = logits[start + state.decoder.drafts.numel() + 2 : ends[row]]
             start = ends[row]
 
-    def follow(self, decoder: WeDLMSpecDecoder, committed: list[int], seen: torch.Tensor) -> None:
-        decoder.follow(committed, seen.float().cpu())
+    def follow(self, decoder: WeDLMSpecDecoder, committed: list[int], seen: torch.Tensor | list[int]) -> None:
+        """After a plain AR step (`seen` is its committed token) there are no mask rows: no next drafts."""
+        decoder.follow(committed, seen.float().cpu() if isinstance(seen, torch.Tensor) else torch.zeros(0))
 
     def drafts_of(self, decoder: WeDLMSpecDecoder) -> list[int]:
         return decoder.window_tokens

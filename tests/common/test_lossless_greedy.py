@@ -3,7 +3,7 @@ WeDLM-drafted speculation equal greedy AR exactly."""
 
 import pytest
 
-from parallel_decoding.common.checkpoint import load
+from parallel_decoding.common.checkpoint import load, resolve_mask_token_id
 from parallel_decoding.common.decoder import Limits
 from parallel_decoding.common.jacobi import JacobiConfig
 from parallel_decoding.common.methods import make_decoder, parse_config
@@ -182,32 +182,43 @@ def test_quadratic_layout_matches_its_definition(dlm_type):
                                                                                   for i in range(m)]
 
 
-def test_quadratic_steps_capped_by_a_width_planner_stay_greedy_ar():
-    """On the trained NLD checkpoint: drafts capped per step as an engine's width planner caps them (0: the chain
-    alone, a plain AR step; fewer than the drafts in hand: the chain cut; groups of cap + 1 masks) change the rows
+def rows_capped(method: str, cap: int, chain: int) -> int:
+    """Rows of a step capped at `cap` with `chain` drafts in hand (quadratic: a group of cap + 2 per chain token;
+    wedlm_spec: cap + 1 mask slots; the seed alone at 0), away from the end of the output."""
+    if method == "wedlm_spec":
+        return 1 + chain + (cap + 1 if cap else 0)
+    return (chain + 1) * (1 + (cap + 2 if cap else 0))
+
+
+@pytest.mark.parametrize(("checkpoint", "method", "settings"), [("nld", "diffusion_self_quadratic", {"block_size": 6}),
+                                                                 ("wedlm", "wedlm_spec", {"window": 6})])
+def test_steps_capped_by_a_width_planner_stay_greedy_ar(checkpoint, method, settings):
+    """On the trained checkpoints: drafts capped per step as an engine's width planner caps them (0: the seed
+    alone, a plain AR step; fewer than the drafts in hand: the chain cut; fewer mask slots) change the rows
     forwarded, never the tokens, and the drafts kept are still accepted."""
-    model, tokenizer = load(SHIPPED / "nld")
-    config = parse_config("diffusion_self_quadratic", {"block_size": 6}, mask_token_id=model.config.mask_token_id)
+    model, tokenizer = load(SHIPPED / checkpoint)
+    config = parse_config(method, settings, mask_token_id=resolve_mask_token_id(model.config, tokenizer, None))
     caps = [5, 2, 0, 3, 5, 1, 4, 0, 5, 5]
     got, want, shapes, accepted = [], [], [], 0
     for prompt in corpus.prompts(4):
         ids = tokenizer.encode(prompt)
         want.append(ReferenceRunner(model).run(make_decoder("ar", None, ids, SamplingParams(), Limits(MAX_TOKENS))))
-        decoder = make_decoder("diffusion_self_quadratic", config, ids, SamplingParams(), Limits(MAX_TOKENS))
+        decoder = make_decoder(method, config, ids, SamplingParams(), Limits(MAX_TOKENS + 8))
         plan, steps = decoder.plan, iter(caps * 8)
 
         def capped(decoder=decoder, plan=plan, steps=steps):
-            decoder.draft_cap = cap = next(steps)
-            had = decoder.drafts.numel()
+            cap, had = next(steps), decoder.drafts.numel()
+            decoder.cap(cap)
             forward = plan()
-            shapes.append((cap, had, decoder.drafts.numel(), forward.num_tokens))
+            if decoder.remaining > 8:
+                shapes.append((cap, had, decoder.drafts.numel(), forward.num_tokens))
             return forward
 
         decoder.plan = capped
-        got.append(ReferenceRunner(model).run(decoder).token_ids)
+        got.append(ReferenceRunner(model).run(decoder).token_ids[:MAX_TOKENS])
         accepted += decoder.acceptance.num_accepted_tokens
     ties.compare(got, [w.token_ids for w in want], [w.margins for w in want])
     for cap, had, chain, rows in shapes:
-        assert chain == min(had, cap) and rows == (chain + 1) * (1 + (cap + 2 if cap else 0))
+        assert chain == min(had, cap) and rows == rows_capped(method, cap, chain)
     assert any(had > cap > 0 for cap, had, *_ in shapes) and any(cap == 0 < had for cap, had, *_ in shapes)
     assert accepted >= len(shapes) // 4

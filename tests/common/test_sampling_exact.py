@@ -36,8 +36,7 @@ CASES = [
     ("jacobi", {"block_size": 2, "num_blocks": 2, "spawn_ratio": 0.5, "pool_size": 4, "verification_size": 2}),
     ("jacobi", {"block_size": 3, "pool_size": 4, "recycling": "linear"}),
     ("diffusion_self", {"num_speculative_tokens": 2}),
-    ("diffusion_self_quadratic", {"block_size": 3}),
-]
+]  # quadratic self-speculation: over 4 tokens, where it verifies drafts (below)
 
 
 @pytest.fixture(scope="module")
@@ -49,8 +48,8 @@ def small_model():
 
 def empirical(model, method: str, settings: dict, params: SamplingParams, length: int = LENGTH,
               caps: tuple[int, ...] = ()) -> dict[tuple[int, ...], int]:
-    """Counts of each continuation over `SAMPLES` seeds; `caps`: the drafts a quadratic decoder may verify at each
-    step, as an engine's width planner caps them."""
+    """Counts of each continuation over `SAMPLES` seeds; `caps`: the drafts the decoder may verify at each
+    step, as an engine's width planner caps them (`cap`)."""
     config = parse_config(method, settings, mask_token_id=MASK)
     runner = ReferenceRunner(model)
     counts: dict[tuple[int, ...], int] = {}
@@ -83,22 +82,31 @@ def test_distribution_matches_ar(small_model, method, settings, params):
 
 
 def capped(decoder, caps: tuple[int, ...]):
-    """The decoder's `plan`, with its draft cap set from `caps` at each step first."""
+    """The decoder's `plan`, capped from `caps` at each step first."""
     plan, steps = decoder.plan, iter(caps)
 
     def plan_capped():
-        decoder.draft_cap = next(steps, caps[-1])
+        decoder.cap(next(steps, caps[-1]))
         return plan()
 
     return plan_capped
 
 
-@pytest.mark.parametrize("caps", [(), (3, 1), (1, 0)], ids=["full", "capped", "chain-alone"])
+@pytest.mark.parametrize("caps", [(), (3, 1), pytest.param((1, 0), marks=pytest.mark.sweep)],
+                         ids=["full", "capped", "chain-alone"])
 def test_quadratic_distribution_matches_ar_under_any_widths(small_model, caps):
     """Quadratic self-speculation over 4 tokens (its second step verifies a draft), at the full width, with
     narrower groups, and with its draft dropped for the chain alone (a width planner's caps)."""
     params = PARAMS[0]
     counts = empirical(small_model, "diffusion_self_quadratic", {"block_size": 4}, params, SPEC_LENGTH, caps)
+    assert chi_square_p_value(counts, exact_joint(small_model, params, SPEC_LENGTH)) > P_VALUE_FLOOR
+
+
+@pytest.mark.parametrize("caps", [(2, 1), pytest.param((1, 0), marks=pytest.mark.sweep)], ids=["capped", "seed-alone"])
+def test_wedlm_spec_distribution_matches_ar_under_any_widths(small_model, caps):
+    """WeDLM-drafted speculation with its drafts and mask slots capped per step (a width planner's caps)."""
+    params = PARAMS[0]
+    counts = empirical(small_model, *SPEC_CASE, params, SPEC_LENGTH, caps)
     assert chi_square_p_value(counts, exact_joint(small_model, params, SPEC_LENGTH)) > P_VALUE_FLOOR
 
 

@@ -22,7 +22,7 @@ from tests.support.reference_cli import SGLANG_ADJUSTED, SGLANG_REFERENCE_ADJUST
 from tests.support.sglang_client import sample
 
 MAX_TOKENS = 48
-SETTINGS = {"window": 8}
+SETTINGS = {"window": 8, "adaptive": False}
 
 
 def test_trained_wedlm_greedy_equals_reference(cpu_engine_env):
@@ -53,6 +53,28 @@ def test_trained_wedlm_greedy_equals_reference(cpu_engine_env):
                  [r.margins for r in adjusted])
     assert [r.token_ids for r in adjusted] != want[:4]
     assert sum(out["meta_info"]["spec_verify_ct"] for out in got) == steps < sum(map(len, want)) / 1.15
+
+
+def test_the_width_planner_decides_what_is_forwarded(cpu_engine_env):
+    """With rows dear (`step_cost`) every step is a plain AR step, one token each; with rows free every step
+    forwards the whole window and takes the steps `adaptive: false` takes; AR's tokens either way."""
+    model_dir = SHIPPED / "wedlm"
+    model, tokenizer = load(model_dir)
+    ids = [tokenizer.encode(prompt) for prompt in corpus.prompts(4)]
+    want = [ReferenceRunner(model).run(make_decoder("ar", None, p, SamplingParams(), Limits(24))) for p in ids]
+    steps = {}
+    for label, extra in {"dear": {"step_cost": [0.01, 1.0, 1.0]}, "free": {"step_cost": [1.0, 0.0, 0.0]},
+                         "fixed": {"adaptive": False}}.items():
+        engine = sglang.Engine(model_path=str(model_dir), decode_mode="wedlm_spec",
+                               decode_config={"window": 8, **extra}, **CPU_KWARGS)
+        try:
+            got = engine.generate(input_ids=ids, sampling_params={"temperature": 0, "max_new_tokens": 24,
+                                                                  "ignore_eos": True})
+        finally:
+            engine.shutdown()
+        ties.compare([out["output_ids"] for out in got], [w.token_ids for w in want], [w.margins for w in want])
+        steps[label] = sum(out["meta_info"]["spec_verify_ct"] for out in got)
+    assert steps["dear"] == 23 * len(ids) and steps["free"] == steps["fixed"] < steps["dear"]
 
 
 def test_distribution_matches_model(vocab8):

@@ -1,5 +1,8 @@
 """vLLM with `wedlm_spec`: on the shipped trained WeDLM checkpoint greedy outputs are greedy AR's, batched, and vLLM
-accepts the drafts `common/`'s reference accepts; under sampling it follows the model's distribution exactly."""
+accepts the drafts `common/`'s reference accepts, its width planner deciding what is forwarded; under sampling it
+follows the model's distribution exactly."""
+
+from typing import Any
 
 from tests.support.vllm_engine import engine  # isort: split
 
@@ -18,19 +21,33 @@ SPEC = {"method": "wedlm_spec", "window": 8}
 
 
 def test_trained_wedlm_greedy_equals_ar_and_accepts_as_the_reference():
-    """On the held-out prompts whose reference decoding takes no near-tied decision."""
+    """On the held-out prompts whose reference decoding takes no near-tied decision: at the configured window
+    (`adaptive: false`) vLLM accepts what the reference accepts. The width planner decides what is forwarded: with
+    rows dear (`step_cost`) no draft or mask slot at all, with rows free the whole window, as pinned; greedy AR's
+    tokens every time."""
     model_dir = SHIPPED / "wedlm"
     tokenizer = load(model_dir)[1]
     prompts, reference, want = ties.untied_references(model_dir, "wedlm_spec", {"window": SPEC["window"]},
                                                       corpus.prompts(16), MAX_TOKENS)
     assert len(prompts) >= 8
-    with engine(model_dir, SPEC) as llm:
-        got = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True))
-        stats = acceptance(llm)
-    ties.compare_greedy(model_dir, [tokenizer.encode(p) for p in prompts],
-                        [list(o.outputs[0].token_ids) for o in got], want)
-    assert stats.num_accepted_tokens == sum(d.acceptance.num_accepted_tokens for d in reference)
-    assert stats.num_accepted_tokens / stats.num_drafts > 0.15, stats  # WeDLM-trained mask slots draft
+    params = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True)
+
+    def run(extra: dict) -> tuple[list, Any]:
+        """Outputs and counters of an engine that is gone when this returns (one engine at a time)."""
+        with engine(model_dir, {**SPEC, **extra}) as llm:
+            return llm.generate(prompts, params), acceptance(llm)
+
+    stats = {}
+    for label, extra in {"fixed": {"adaptive": False}, "dear": {"step_cost": [0.01, 1.0, 1.0]},
+                         "free": {"step_cost": [1.0, 0.0, 0.0]}}.items():
+        got, stats[label] = run(extra)
+        ties.compare_greedy(model_dir, [tokenizer.encode(p) for p in prompts],
+                            [list(o.outputs[0].token_ids) for o in got], want)
+    fixed = stats["fixed"]
+    assert fixed.num_accepted_tokens == sum(d.acceptance.num_accepted_tokens for d in reference)
+    assert fixed.num_accepted_tokens / fixed.num_drafts > 0.15, fixed  # WeDLM-trained mask slots draft
+    assert stats["dear"].num_draft_tokens == 0
+    assert stats["free"].num_draft_tokens == fixed.num_draft_tokens > 0
 
 
 def test_sampled_distribution_matches_model(vocab8):
