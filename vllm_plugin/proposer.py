@@ -12,6 +12,7 @@ from parallel_decoding.common.sampling import SamplingParams
 from parallel_decoding.common.width_planner import Shape, WidthPlanner, planner_for
 from parallel_decoding.vllm_plugin import cpu_kernels, runner_hooks
 from parallel_decoding.vllm_plugin.config import ADDITIONAL_CONFIG_KEY
+from parallel_decoding.vllm_plugin.requests import CARRIED_KEY
 
 logger = logging.getLogger("vllm.parallel_decoding")  # under vLLM's own logger, so its handler prints it
 
@@ -21,18 +22,21 @@ DRAFT_SEED_STRIDE = 0x9E3779B97F4A7C15
 
 def request_sampling(params: Any, adjustments: bool = False) -> SamplingParams:
     """A vLLM request's sampling parameters as `common/` reads them (vLLM's near-zero temperature is greedy);
-    `adjustments`: with its penalties, allowed tokens and minimum length (over vLLM's stop tokens), for a decoder
-    that commits by its own rule (a lossless method's target is adjusted by vLLM's own sampler; `logit_bias` vLLM
-    refuses with speculative decoding)."""
+    `adjustments`: with its penalties, allowed tokens, minimum length (over vLLM's stop tokens), and the
+    `logit_bias` and `min_p` carried past vLLM's checks (`vllm_plugin.requests.carry_adjustments`), for a decoder
+    that commits by its own rule (a lossless method's target is adjusted by vLLM's own sampler)."""
     temperature = params.temperature if params.temperature >= GREEDY_EPS else 0.0
     sampling = SamplingParams(temperature=temperature, top_p=params.top_p, top_k=max(params.top_k, 0),
                               seed=params.seed)
     if not adjustments:
         return sampling
+    carried = (params.extra_args or {}).get(CARRIED_KEY, {})
     return replace(sampling, presence_penalty=params.presence_penalty, frequency_penalty=params.frequency_penalty,
                    repetition_penalty=params.repetition_penalty,
                    allowed_token_ids=tuple(params.allowed_token_ids or ()), min_tokens=params.min_tokens,
-                   stop_token_ids=tuple(sorted(params.all_stop_token_ids)))
+                   stop_token_ids=tuple(sorted(params.all_stop_token_ids)),
+                   logit_bias=tuple((int(t), float(b)) for t, b in carried.get("logit_bias", ())),
+                   min_p=carried.get("min_p", 0.0))
 
 
 class PluginProposer(runner_hooks.Hooked):

@@ -3,8 +3,9 @@ replace vLLM's sampler and its logits processors), refused by name before a requ
 raises, the OpenAI server answers 400. Their decoders apply the penalties, `allowed_token_ids` and `min_tokens`
 (`common.penalties`, each slot with the tokens before it as its history) and structured output (`common.grammar`,
 xgrammar backend only: the constraint travels to the worker in `extra_args`, out of vLLM's scheduler, which would
-cut a window at its first mask), except Huginn's; `logit_bias`, which they could apply too, vLLM refuses with any
-speculative method. `logprobs` they report
+cut a window at its first mask), except Huginn's; and `logit_bias` and `min_p`, which vLLM refuses with any
+speculative method (its rejection sampler does not apply them): they travel in `extra_args` too, past that check
+(`carry_adjustments`). `logprobs` they report
 (`vllm_plugin.logprobs`; `huginn`'s are those of the distribution each token was chosen from), and
 `prompt_logprobs` from their causal prefill (all but `wedlm`).
 
@@ -27,9 +28,11 @@ NEUTRAL = {"presence_penalty": 0.0, "frequency_penalty": 0.0, "repetition_penalt
 REPORTED = {"logprobs", "prompt_logprobs"}
 # What the step methods' decoders apply (`common.penalties`, `common.grammar`); Huginn's sampler does not.
 ADJUSTMENTS = {"presence_penalty", "frequency_penalty", "repetition_penalty", "allowed_token_ids", "min_tokens",
-               "structured_outputs"}
+               "structured_outputs", "logit_bias", "min_p"}
 # Where a committing method's request carries its constraint to the worker: [option name, spec].
 GRAMMAR_KEY = "parallel_decoding_grammar"
+# Where it carries what vLLM refuses with speculation: {"logit_bias": [[token, bias], ...], "min_p": p}.
+CARRIED_KEY = "parallel_decoding_carried"
 # What their decoders apply (`vllm_plugin.proposer.request_sampling`), and what vLLM applies outside its sampler
 # (fan-out, stop checks, detokenizing, streaming, output formats, its own bookkeeping): every other field of
 # `vllm.SamplingParams` is in NEUTRAL (`tests/vllm/test_request_options.py` holds the three sets to vLLM's fields).
@@ -63,6 +66,36 @@ def check(method: str, params: Any, committing: bool) -> None:
         if on:
             raise VLLMValidationError(f"{name} is not applied with speculative method {method}: leave it unset "
                                       f"or {neutral!r}, got {value!r}", parameter=name, value=value)
+
+
+def carry_adjustments(params: Any, vocab_size: int) -> None:
+    """Move a committing step method's `logit_bias` and `min_p` into `extra_args` (checked here as vLLM would:
+    token ids inside the vocabulary, min_p in [0, 1]), for its decoder to apply (`vllm_plugin.proposer`), before
+    vLLM's validation, which refuses both with any speculative method. Idempotent: an offline batch validates one
+    parameters object per prompt."""
+    from vllm.exceptions import VLLMValidationError
+
+    carried = {}
+    if params.logit_bias:
+        try:
+            bias = sorted((int(token), float(value)) for token, value in params.logit_bias.items())
+        except (TypeError, ValueError):
+            raise VLLMValidationError(f"logit_bias must map token ids to numbers, got {params.logit_bias!r}",
+                                      parameter="logit_bias", value=params.logit_bias) from None
+        if any(not 0 <= token < vocab_size for token, _ in bias):
+            raise VLLMValidationError(f"logit_bias has token ids outside the vocabulary (size {vocab_size})",
+                                      parameter="logit_bias", value=params.logit_bias)
+        carried["logit_bias"] = [list(pair) for pair in bias]
+        params.logit_bias = None
+    if params.min_p:
+        if not 0 <= params.min_p <= 1:
+            raise VLLMValidationError(f"min_p must be in [0, 1], got {params.min_p}", parameter="min_p",
+                                      value=params.min_p)
+        carried["min_p"] = float(params.min_p)
+        params.min_p = 0.0
+    if carried:
+        extra = params.extra_args or {}
+        params.extra_args = {**extra, CARRIED_KEY: {**extra.get(CARRIED_KEY, {}), **carried}}
 
 
 def carry_grammar(params: Any, settings: Any) -> None:
@@ -102,6 +135,8 @@ def install() -> None:
         ours = (self.vllm_config.additional_config or {}).get(ADDITIONAL_CONFIG_KEY)
         if ours is not None and hasattr(params, "logprobs"):
             check(ours["method"], params, ours["committing"])
+            if ours["committing"] and method_spec(ours["method"]).kind == "step":
+                carry_adjustments(params, self.model_config.get_vocab_size())
         return validate(self, params, *args, **kwargs)
 
     @functools.wraps(process)

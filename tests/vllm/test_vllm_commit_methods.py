@@ -173,3 +173,28 @@ def test_penalties_equal_the_reference(engine_dir, prompts):
         assert got[: len(batch)] != got[len(batch) : 2 * len(batch)]
         ties.compare(got[2 * len(batch) :], held, held_margins)  # min_tokens: stop tokens held back
         assert all(len(tokens) >= HELD for tokens in got[2 * len(batch) :])
+
+
+def test_bias_and_min_p_equal_the_reference(engine_dir, prompts):
+    """`logit_bias` and `min_p`, which vLLM refuses with any speculative method, `wedlm`'s decoder applies (carried
+    past vLLM's check, `vllm_plugin.requests.carry_adjustments`): greedy under a bias, and seeded sampling under
+    min-p, give the reference runner's tokens under the same settings, which differ from those without them."""
+    spec, batch = SPECS[0], prompts[:4]
+    model, tokenizer = load(engine_dir["qwen3"])
+    config = parse_config("wedlm", json.loads(settings(spec)), mask_token_id=model.config.mask_token_id)
+    bias, min_p = {7: 4.0, 11: 3.0}, 0.25
+    cases = [(SamplingParams(temperature=0, max_tokens=MAX_TOKENS, logit_bias=bias),
+              ReferenceSampling(logit_bias=tuple(bias.items())), ReferenceSampling()),
+             (SamplingParams(temperature=1.0, seed=SEED, max_tokens=MAX_TOKENS, min_p=min_p),
+              ReferenceSampling(temperature=1.0, seed=SEED, min_p=min_p),
+              ReferenceSampling(temperature=1.0, seed=SEED))]
+
+    def run(sampling: ReferenceSampling) -> list:
+        return [ReferenceRunner(model).run(make_decoder("wedlm", config, tokenizer.encode(p), sampling,
+                                                        Limits(MAX_TOKENS))) for p in batch]
+
+    got = generated(engine_dir["qwen3"], spec, batch * len(cases), [p for p, _, _ in cases for _ in batch])
+    for i, (_, with_option, without) in enumerate(cases):
+        want = run(with_option)
+        ties.compare(got[i * len(batch) : (i + 1) * len(batch)], [r.token_ids for r in want], [r.margins for r in want])
+        assert [r.token_ids for r in want] != [r.token_ids for r in run(without)]

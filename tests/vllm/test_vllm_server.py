@@ -119,9 +119,10 @@ REFUSED = [("logprobs", {"logprobs": 2}), ("presence_penalty", {"presence_penalt
 def test_unapplied_options_refused_by_name(server, spec, cases):
     """`wedlm`, `diffusion` and `huginn` refuse, with a 400 naming it, every per-request option their decoders would
     not apply (sampled requests: greedy ones make vLLM drop min_p), and keep serving; `logprobs` they report, and
-    `prompt_logprobs` all but `wedlm` (whose prefill emits no token); the penalties and `allowed_token_ids` the
-    `wedlm` and `diffusion` decoders apply (`common.penalties`). The lossless methods leave them to vLLM, whose
-    rejection sampler applies them and which refuses min_p and logit_bias with any speculation."""
+    `prompt_logprobs` all but `wedlm` (whose prefill emits no token); the penalties, `allowed_token_ids`,
+    `logit_bias` and `min_p` the `wedlm` and `diffusion` decoders apply (`common.penalties`, `common.sampling`). The
+    lossless methods leave them to vLLM, whose rejection sampler applies them and which refuses min_p and logit_bias
+    with any speculation."""
     prompt, _, text, _, _ = cases[0]
     for name, extra in REFUSED:
         create = functools.partial(server.completions.create, model="tiny", prompt=prompt, max_tokens=4,
@@ -130,7 +131,7 @@ def test_unapplied_options_refused_by_name(server, spec, cases):
             if name not in ("structured_outputs", "prompt_logprobs"):
                 create()
             continue
-        if name in ADJUSTMENTS and spec["method"] != "huginn":  # applied (test_vllm_commit_methods.py)
+        if name in ADJUSTMENTS and spec["method"] not in LOSSLESS | {"huginn"}:  # applied (test_vllm_commit_methods)
             create()
             continue
         if name == "logprobs":  # reported (tests/vllm/test_vllm_logprobs.py, tests/vllm/test_vllm_huginn.py)
