@@ -74,8 +74,15 @@ def resample_from_target(drafts, target_logits, params, generator, draft_probs=N
     return committed
 
 
-@pytest.mark.parametrize("params", PARAMS, ids=["t1", "t0.8-topp0.8"])
-@pytest.mark.parametrize(("method", "settings"), CASES, ids=[f"{m}-{s}" for m, s in CASES])
+# Every case at temperature 1; under top-p, plain Jacobi and self-speculation in CI, the multi-block and recycling
+# Jacobi cases as sweeps (the same verification, other drafts).
+GRID = [pytest.param(method, settings, params, id=f"{method}-{settings}-{label}",
+                     marks=[pytest.mark.sweep] if label != "t1" and i in (1, 2) else [])
+        for label, params in zip(["t1", "t0.8-topp0.8"], PARAMS, strict=True)
+        for i, (method, settings) in enumerate(CASES)]
+
+
+@pytest.mark.parametrize(("method", "settings", "params"), GRID)
 def test_distribution_matches_ar(small_model, method, settings, params):
     p_value = chi_square_p_value(empirical(small_model, method, settings, params), exact_joint(small_model, params))
     assert p_value > P_VALUE_FLOOR
@@ -92,8 +99,9 @@ def capped(decoder, caps: tuple[int, ...]):
     return plan_capped
 
 
-@pytest.mark.parametrize("caps", [(), (3, 1), pytest.param((1, 0), marks=pytest.mark.sweep)],
-                         ids=["full", "capped", "chain-alone"])
+# The capped runs' first step is at the full width (a sweep runs the full width throughout).
+@pytest.mark.parametrize("caps", [pytest.param((), marks=pytest.mark.sweep), (3, 1),
+                                  pytest.param((1, 0), marks=pytest.mark.sweep)], ids=["full", "capped", "chain-alone"])
 def test_quadratic_distribution_matches_ar_under_any_widths(small_model, caps):
     """Quadratic self-speculation over 4 tokens (its second step verifies a draft), at the full width, with
     narrower groups, and with its draft dropped for the chain alone (a width planner's caps)."""
@@ -110,7 +118,8 @@ def test_wedlm_spec_distribution_matches_ar_under_any_widths(small_model, caps):
     assert chi_square_p_value(counts, exact_joint(small_model, params, SPEC_LENGTH)) > P_VALUE_FLOOR
 
 
-@pytest.mark.parametrize("wrong_rule", [False, True], ids=["exact", "wrong-rule-detected"])
+@pytest.mark.parametrize("wrong_rule", [pytest.param(False, marks=pytest.mark.sweep), True],
+                         ids=["exact", "wrong-rule-detected"])  # exact: the capped run's first step is the full window
 def test_wedlm_spec_distribution_matches_ar(small_model, monkeypatch, wrong_rule):
     if wrong_rule:
         monkeypatch.setattr(parallel_decoding.common.wedlm_spec, "verify", resample_from_target)

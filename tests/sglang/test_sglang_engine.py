@@ -43,8 +43,8 @@ def test_engine_keywords_equal_reference(engine_dir, prompts, cpu_engine_env):
                  [e.margins for e in expected])
 
 
-@pytest.mark.parametrize("config", [{"num_speculative_tokens": 4}, {"mode": "quadratic", "num_speculative_tokens": 3}],
-                         ids=["linear", "quadratic"])
+@pytest.mark.parametrize("config", [{"num_speculative_tokens": 4}, pytest.param(
+    {"mode": "quadratic", "num_speculative_tokens": 3}, marks=pytest.mark.sweep)], ids=["linear", "quadratic"])
 def test_the_width_planner_decides_what_is_forwarded(engine_dir, prompts, cpu_engine_env, config):
     """`diffusion_self`, both modes: with rows dear (`step_cost`) every step is a plain AR step, one token each;
     with rows free every step drafts the full width and accepts what `adaptive: false` does; the reference's AR

@@ -6,6 +6,7 @@ Runs in the SGLang environment (see `tests/sglang/test_sglang_server.py`)."""
 
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
 import sglang
 
 from parallel_decoding.common.checkpoint import load
@@ -55,6 +56,7 @@ def test_trained_wedlm_greedy_equals_reference(cpu_engine_env):
     assert sum(out["meta_info"]["spec_verify_ct"] for out in got) == steps < sum(map(len, want)) / 1.15
 
 
+@pytest.mark.sweep  # three engines; CI runs the planner's test on diffusion_self (test_sglang_engine.py)
 def test_the_width_planner_decides_what_is_forwarded(cpu_engine_env):
     """With rows dear (`step_cost`) every step is a plain AR step, one token each; with rows free every step
     forwards the whole window and takes the steps `adaptive: false` takes; AR's tokens either way."""

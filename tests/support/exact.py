@@ -1,7 +1,5 @@
 """The tiny-vocabulary sampling setting whose exact joint every engine's sampling test compares against."""
 
-import itertools
-
 import torch
 
 from parallel_decoding.common.sampling import SamplingParams, target_probs
@@ -17,17 +15,14 @@ PARAMS = [SamplingParams(temperature=1.0), SamplingParams(temperature=0.8, top_p
 @torch.inference_mode()
 def exact_joint(model, params: SamplingParams, length: int = LENGTH) -> dict[tuple[int, ...], float]:
     """P(continuation) for every continuation of `length` tokens, multiplying the processed per-step
-    distributions."""
-    joint = {}
-    for continuation in itertools.product(range(VOCAB), repeat=length):
-        prob = 1.0
-        for step in range(length):
-            ids = torch.tensor([PROMPT + list(continuation[:step])])
-            logits = model(input_ids=ids).logits[0, -1:]
-            prob *= float(target_probs(logits, params)[0, continuation[step]])
-            if prob == 0:
-                break
-        joint[continuation] = prob
+    distributions: one batched forward per step over every prefix (of equal length, so no padding)."""
+    joint: dict[tuple[int, ...], float] = {(): 1.0}
+    for _ in range(length):
+        prefixes = list(joint)
+        logits = model(input_ids=torch.tensor([PROMPT + list(prefix) for prefix in prefixes])).logits[:, -1]
+        probs = target_probs(logits, params).double().tolist()
+        joint = {prefix + (token,): joint[prefix] * row[token]
+                 for prefix, row in zip(prefixes, probs, strict=True) for token in range(VOCAB)}
     return joint
 
 
