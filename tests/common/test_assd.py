@@ -19,7 +19,7 @@ from parallel_decoding.common.assd.decoding import (
 from parallel_decoding.common.errors import ConfigError
 from parallel_decoding.common.sampling import SamplingParams, target_probs, without_token
 from scripts.make_tiny_models import build_xlnet
-from tests.support.exact import P_VALUE_FLOOR, chi_square_p_value
+from tests.support.exact import P_VALUE_FLOOR, chi_square_p_value, memo_conditionals
 
 MASK = 7
 HOLES = [1, MASK, MASK, MASK, 3]  # adjacent holes: their tokens depend on each other, p differs from q
@@ -52,14 +52,18 @@ def sequential_joint(model, tokens: list[int], sampling: SamplingParams) -> dict
 
 
 def sampled_p_value(model, joint: dict, config: AssdConfig) -> float:
-    """The chi-square p-value of SAMPLES seeded infills of HOLES against `joint`."""
+    """The chi-square p-value of SAMPLES seeded infills of HOLES against `joint` (each distinct model call run once)."""
+    import parallel_decoding.common.assd.decoding as decoding
+
     counts: dict[tuple[int, ...], int] = {}
     holes = [i for i, t in enumerate(HOLES) if t == MASK]
-    for seed in range(SAMPLES):
-        result = infill(model, HOLES, MASK, config, SamplingParams(temperature=TEMPERATURE, seed=seed))
-        assert result.nfe <= result.generated  # Theorem 1
-        key = tuple(result.token_ids[i] for i in holes)
-        counts[key] = counts.get(key, 0) + 1
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(decoding, "conditionals", memo_conditionals(decoding.conditionals))
+        for seed in range(SAMPLES):
+            result = infill(model, HOLES, MASK, config, SamplingParams(temperature=TEMPERATURE, seed=seed))
+            assert result.nfe <= result.generated  # Theorem 1
+            key = tuple(result.token_ids[i] for i in holes)
+            counts[key] = counts.get(key, 0) + 1
     return chi_square_p_value(counts, joint)
 
 

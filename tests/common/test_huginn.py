@@ -22,7 +22,7 @@ from parallel_decoding.common.models.raven import KVCache, RavenConfig, RavenFor
 from parallel_decoding.common.sampling import SamplingParams, target_probs
 from scripts.make_tiny_models import build_raven
 from tests.support import naive_wavefront
-from tests.support.exact import P_VALUE_FLOOR, chi_square_p_value
+from tests.support.exact import P_VALUE_FLOOR, chi_square_p_value, memo_recurrent_forwards
 from tests.support.huginn_configs import HUGINN_0125
 
 R = 8
@@ -201,7 +201,9 @@ def test_speculative_sampling_follows_ar_distribution(monkeypatch):
     """On a vocabulary of 4, 3 tokens sampled by `speculative` (r = 3, drafts with 1 recurrence, rejection sampling,
     zero initial latents) follow `ar`'s exact joint (chi-square); drafts accepted unconditionally fail it."""
     import parallel_decoding.common.huginn.decoder
+    import parallel_decoding.common.huginn.reference as reference
 
+    monkeypatch.setattr(reference, "run_forward", memo_recurrent_forwards(run_forward))
     model = build_raven(4, seed=2, hidden_size=32, mean_recurrence=3)
     prompt, length = [1, 2], 3
     joint = ar_joint(model, prompt, length, SamplingParams(temperature=1.0))

@@ -14,7 +14,6 @@ import parallel_decoding.common.wedlm_spec
 from parallel_decoding.common.acceptance import verify
 from parallel_decoding.common.decoder import Limits
 from parallel_decoding.common.methods import make_decoder, parse_config
-from parallel_decoding.common.runner import ReferenceRunner
 from parallel_decoding.common.sampling import SamplingParams, sample, target_probs
 from scripts.make_tiny_models import build_model
 from tests.support.exact import (
@@ -27,6 +26,7 @@ from tests.support.exact import (
     SPEC_CASE,
     SPEC_LENGTH,
     VOCAB,
+    MemoRunner,
     chi_square_p_value,
     exact_joint,
 )
@@ -51,7 +51,7 @@ def empirical(model, method: str, settings: dict, params: SamplingParams, length
     """Counts of each continuation over `SAMPLES` seeds; `caps`: the drafts the decoder may verify at each
     step, as an engine's width planner caps them (`cap`)."""
     config = parse_config(method, settings, mask_token_id=MASK)
-    runner = ReferenceRunner(model)
+    runner = MemoRunner(model)
     counts: dict[tuple[int, ...], int] = {}
     for seed in range(SAMPLES):
         request = SamplingParams(params.temperature, params.top_p, params.top_k, seed=seed)

@@ -2,6 +2,7 @@
 
 import torch
 
+from parallel_decoding.common.runner import ReferenceRunner
 from parallel_decoding.common.sampling import SamplingParams, target_probs
 
 VOCAB, MASK, LENGTH, SAMPLES = 8, 7, 3, 3000
@@ -45,3 +46,62 @@ def chi_square_p_value(counts: dict, joint: dict) -> float:
     dof = torch.tensor((cells - 1) / 2, dtype=torch.float64)
     return float(torch.special.gammaincc(dof, torch.tensor(stat / 2, dtype=torch.float64)))
 
+
+
+class MemoRunner(ReferenceRunner):
+    """The reference runner recomputing each forward from scratch, every distinct forward (prefix, window, positions,
+    visibility, rows, adapter) run once: thousands of seeded decodes on a tiny vocabulary repeat a few hundred
+    forwards, and the model gives the same logits for the same input."""
+
+    def __init__(self, model) -> None:
+        super().__init__(model, use_cache=False)
+        self.memo: dict[tuple, torch.Tensor] = {}
+
+    def logits(self, forward, decoder, cache) -> torch.Tensor:
+        tensors = (forward.token_ids, forward.positions, forward.visibility(), forward.logit_rows, forward.adapter_rows)
+        key = (tuple(decoder.tokens[:decoder.cache_len]), forward.adapter,
+               *(None if t is None else t.numpy().tobytes() for t in tensors))
+        if key not in self.memo:
+            self.memo[key] = super().logits(forward, decoder, cache)
+        return self.memo[key].clone()
+
+
+def memo_conditionals(conditionals):
+    """ASSD's `conditionals` (logits of target positions given the ranked ones), each distinct call run once."""
+    memo: dict[tuple, torch.Tensor] = {}
+
+    def memoized(model, ids, ranks, given, targets):
+        key = (tuple(ids), ranks.numpy().tobytes(), given.numpy().tobytes(), tuple(targets))
+        if key not in memo:
+            memo[key] = conditionals(model, ids, ranks, given, targets)
+        return memo[key].clone()
+
+    return memoized
+
+
+def memo_recurrent_forwards(run_forward):
+    """Huginn's `run_forward`, each distinct request history (its forwards so far, in order) run once. A cache that
+    missed forwards served from the memo is rebuilt by replaying its request's history before the next miss runs."""
+    memo: dict[tuple, object] = {}
+
+    def key(forward) -> tuple:
+        tensors = (forward.token_ids, forward.latents, forward.previous_embeds)
+        return (forward.start, forward.inner, forward.first_recurrence, forward.ema,
+                *(None if t is None else t.numpy().tobytes() for t in tensors))
+
+    def memoized(model, cache, forward):
+        history = cache.__dict__.setdefault("memo_history", [])
+        history.append(forward)
+        path = tuple(key(f) for f in history)
+        if path not in memo:
+            if cache.__dict__.get("memo_applied", 0) != len(history) - 1:
+                cache.keys.clear(), cache.values.clear()
+                cache.length = 0
+                for earlier in history[:-1]:
+                    run_forward(model, cache, earlier)
+            memo[path] = run_forward(model, cache, forward)
+            cache.memo_applied = len(history)
+        out = memo[path]
+        return type(out)(*(t.clone() for t in (out.latents, out.logits, out.embeds)))
+
+    return memoized

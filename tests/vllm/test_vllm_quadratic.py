@@ -4,8 +4,6 @@ greedy and sampled, batched; on the shipped trained NLD checkpoint it is greedy 
 reference accepts, and runs one forward per step; its width planner decides the rows forwarded; sampling settings
 its decoder does not apply are refused."""
 
-from typing import Any
-
 import pytest
 
 from tests.support.vllm_engine import engine  # isort: split
@@ -13,12 +11,11 @@ from tests.support.vllm_engine import engine  # isort: split
 from vllm import SamplingParams
 from vllm.exceptions import VLLMValidationError
 
-from parallel_decoding.common.checkpoint import load
-from parallel_decoding.vllm_plugin.metrics import acceptance
 from scripts import corpus
 from scripts.trained_models import SHIPPED
 from tests.support import ties
 from tests.support.reference_cli import SEED, reference
+from tests.support.vllm_cases import planner_decides
 
 SPEC = {"method": "diffusion_self", "mode": "quadratic", "num_speculative_tokens": 3}
 MAX_TOKENS = 40
@@ -39,29 +36,17 @@ def test_trained_nld_greedy_equals_ar_and_accepts_as_the_reference():
     The width planner decides what is forwarded: with rows dear (`step_cost`) every step forwards the chain alone
     (no draft at all), with rows free the full width, as pinned; greedy AR's tokens every time."""
     model_dir = SHIPPED / "nld"
-    tokenizer = load(model_dir)[1]
     settings = {k: v for k, v in SPEC.items() if k != "method"}
     prompts, reference_decoders, want = ties.untied_references(model_dir, "diffusion_self", settings,
                                                                corpus.prompts(12), MAX_TOKENS)
     assert len(prompts) >= 6
     params = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True)
 
-    def run(extra: dict) -> tuple[list, Any]:
-        """Outputs and counters of an engine that is gone when this returns (one engine at a time)."""
-        with engine(model_dir, {**SPEC, **extra}) as llm:
-            if extra.get("adaptive") is False:
-                with pytest.raises(VLLMValidationError, match="bad_words"):  # its decoder picks the tokens
-                    llm.generate(prompts[:1], SamplingParams(max_tokens=4, bad_words=["the"]))
-            return llm.generate(prompts, params), acceptance(llm)
+    def refuses_bad_words(llm) -> None:  # its decoder picks the tokens
+        with pytest.raises(VLLMValidationError, match="bad_words"):
+            llm.generate(prompts[:1], SamplingParams(max_tokens=4, bad_words=["the"]))
 
-    stats = {}
-    for label, extra in {"fixed": {"adaptive": False}, "dear": {"step_cost": [0.01, 1.0, 1.0]},
-                         "free": {"step_cost": [1.0, 0.0, 0.0]}}.items():
-        got, stats[label] = run(extra)
-        ties.compare_greedy(model_dir, [tokenizer.encode(p) for p in prompts],
-                            [list(o.outputs[0].token_ids) for o in got], want)
-    assert stats["fixed"].num_accepted_tokens == sum(d.acceptance.num_accepted_tokens for d in reference_decoders)
-    assert stats["fixed"].num_drafts == sum(d.forwards - 1 for d in reference_decoders)  # one forward per step
+    fixed = planner_decides(model_dir, SPEC, prompts, params, want, refuses_bad_words)
+    assert fixed.num_accepted_tokens == sum(d.acceptance.num_accepted_tokens for d in reference_decoders)
+    assert fixed.num_drafts == sum(d.forwards - 1 for d in reference_decoders)  # one forward per step
     assert sum(d.tokens_per_forward for d in reference_decoders) / len(prompts) > 1.2
-    assert stats["dear"].num_draft_tokens == 0
-    assert stats["free"].num_draft_tokens == stats["fixed"].num_draft_tokens > 0

@@ -2,19 +2,17 @@
 accepts the drafts `common/`'s reference accepts, its width planner deciding what is forwarded; under sampling it
 follows the model's distribution exactly."""
 
-from typing import Any
 
 from tests.support.vllm_engine import engine  # isort: split
 
 from vllm import SamplingParams
 
-from parallel_decoding.common.checkpoint import load
 from parallel_decoding.vllm_plugin.metrics import acceptance
 from scripts import corpus
 from scripts.trained_models import SHIPPED
 from tests.support import ties
 from tests.support.exact import P_VALUE_FLOOR, PARAMS, SAMPLES, SPEC_LENGTH, chi_square_p_value, exact_joint
-from tests.support.vllm_cases import sampled
+from tests.support.vllm_cases import planner_decides, sampled
 
 MAX_TOKENS = 48
 SPEC = {"method": "wedlm_spec", "window": 8}
@@ -26,28 +24,13 @@ def test_trained_wedlm_greedy_equals_ar_and_accepts_as_the_reference():
     rows dear (`step_cost`) no draft or mask slot at all, with rows free the whole window, as pinned; greedy AR's
     tokens every time."""
     model_dir = SHIPPED / "wedlm"
-    tokenizer = load(model_dir)[1]
     prompts, reference, want = ties.untied_references(model_dir, "wedlm_spec", {"window": SPEC["window"]},
                                                       corpus.prompts(16), MAX_TOKENS)
     assert len(prompts) >= 8
     params = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True)
-
-    def run(extra: dict) -> tuple[list, Any]:
-        """Outputs and counters of an engine that is gone when this returns (one engine at a time)."""
-        with engine(model_dir, {**SPEC, **extra}) as llm:
-            return llm.generate(prompts, params), acceptance(llm)
-
-    stats = {}
-    for label, extra in {"fixed": {"adaptive": False}, "dear": {"step_cost": [0.01, 1.0, 1.0]},
-                         "free": {"step_cost": [1.0, 0.0, 0.0]}}.items():
-        got, stats[label] = run(extra)
-        ties.compare_greedy(model_dir, [tokenizer.encode(p) for p in prompts],
-                            [list(o.outputs[0].token_ids) for o in got], want)
-    fixed = stats["fixed"]
+    fixed = planner_decides(model_dir, SPEC, prompts, params, want)
     assert fixed.num_accepted_tokens == sum(d.acceptance.num_accepted_tokens for d in reference)
     assert fixed.num_accepted_tokens / fixed.num_drafts > 0.15, fixed  # WeDLM-trained mask slots draft
-    assert stats["dear"].num_draft_tokens == 0
-    assert stats["free"].num_draft_tokens == fixed.num_draft_tokens > 0
 
 
 def test_sampled_distribution_matches_model(vocab8):
