@@ -53,6 +53,51 @@ class Matcher:
         self.matcher.fill_next_token_bitmask(vocab_mask, idx)
 
 
+class Joint:
+    """Several grammars at once (a request's structured output and its bad words, `common.bad_words`): a token is
+    accepted where every one that has not ended accepts it, a row allows what all of them allow, and it ends when
+    they all have."""
+
+    def __init__(self, grammars: Sequence[Grammar]) -> None:
+        self.grammars = list(grammars)
+        self.took: list[list[Grammar]] = []  # per accepted token, the grammars it advanced
+
+    def accept_token(self, token: int) -> bool:
+        took: list[Grammar] = []
+        for grammar in self.grammars:
+            if grammar.is_terminated():
+                continue
+            if not accepts(grammar, token):
+                for advanced in took:
+                    advanced.rollback(1)
+                return False
+            took.append(grammar)
+        self.took.append(took)
+        return True
+
+    def rollback(self, k: int) -> None:
+        for _ in range(k):
+            for grammar in self.took.pop():
+                grammar.rollback(1)
+
+    def is_terminated(self) -> bool:
+        return all(grammar.is_terminated() for grammar in self.grammars)
+
+    def fill_vocab_mask(self, vocab_mask: torch.Tensor, idx: int) -> None:
+        scratch = torch.empty((1, vocab_mask.shape[-1]), dtype=vocab_mask.dtype)
+        for grammar in self.grammars:
+            if not grammar.is_terminated():
+                scratch.fill_(-1)
+                grammar.fill_vocab_mask(scratch, 0)
+                vocab_mask[idx] &= scratch[0].to(vocab_mask.device)
+
+
+def joint(*grammars: Grammar | None) -> Grammar | None:
+    """The grammars given (None: none), as one."""
+    present = [grammar for grammar in grammars if grammar is not None]
+    return None if not present else present[0] if len(present) == 1 else Joint(present)
+
+
 def accepts(grammar: Grammar, token: int) -> bool:
     """Advance `grammar` over `token` if it allows it (SGLang's raises where xgrammar's answers False)."""
     if grammar.is_terminated():

@@ -5,9 +5,9 @@ draft tokens (its RoPE positions rewritten to the plan's logical ones); the deco
 logits in place of vLLM's sampler and its committed tokens are the step's output. The decoders sample with
 their own seeded generators, so a seeded request gives the tokens `common.generate` gives.
 
-A request's structured output is its decoder's grammar (`vllm_plugin.grammars`). A request vLLM preempts keeps its
-decoder: the steps that recompute its KV commit nothing, and a step that schedules only part of a window (vLLM's
-token budget) commits nothing and the window is planned again.
+A request's structured output and bad words are its decoder's grammar (`vllm_plugin.grammars`). A request vLLM
+preempts keeps its decoder: the steps that recompute its KV commit nothing, and a step that schedules only part of a
+window (vLLM's token budget) commits nothing and the window is planned again.
 """
 
 from dataclasses import dataclass
@@ -53,7 +53,7 @@ class CommitProposer(PluginProposer):
         sampling = request_sampling(request.sampling_params, adjustments=True)
         limits = Limits(max_tokens=request.sampling_params.max_tokens, context=self.max_model_len - self.context_margin)
         decoder = make_decoder(self.method, self.config, list(request.prompt_token_ids), sampling, limits)
-        decoder.grammar = self.grammars.matcher(request.sampling_params)
+        decoder.grammar = self.grammars.grammar(request.sampling_params)
         self.requests[req_id] = state = CommitRequest(decoder, decoder.next_forward())
         return state
 

@@ -1,11 +1,12 @@
 """A committing method's request grammar in the worker: the constraint `vllm_plugin.requests` carried in
 `extra_args`, compiled by vLLM's own xgrammar backend (its compiler cache, whitespace and stop-token settings) into
-a matcher of the request's decoder alone (`common.grammar.Matcher`), which the decoder advances over what it
-commits."""
+a matcher of the request's decoder alone (`common.grammar.Matcher`), joined with its bad words as vLLM tokenized
+them (`common.bad_words`); the decoder advances it over what it commits."""
 
 from typing import Any
 
-from parallel_decoding.common.grammar import Matcher
+from parallel_decoding.common.bad_words import BadWords
+from parallel_decoding.common.grammar import Grammar, Matcher, joint
 from parallel_decoding.vllm_plugin.requests import GRAMMAR_KEY
 
 
@@ -15,6 +16,11 @@ class Grammars:
     def __init__(self, vllm_config: Any) -> None:
         self.vllm_config = vllm_config
         self.backend: Any = None
+
+    def grammar(self, params: Any) -> Grammar | None:
+        """The grammar of the request with sampling `params`: its constraint and its bad words, or None."""
+        words = params.bad_words_token_ids
+        return joint(self.matcher(params), BadWords(words) if words else None)
 
     def matcher(self, params: Any) -> Matcher | None:
         """A fresh matcher for the request with sampling `params`, or None where it carries no constraint."""

@@ -1,9 +1,10 @@
 """Per-request settings `wedlm`, `diffusion`, `huginn` and quadratic `diffusion_self` do not apply (their decoders
 replace vLLM's sampler and its logits processors), refused by name before a request is queued: the offline API
 raises, the OpenAI server answers 400. Their decoders apply the penalties, `allowed_token_ids` and `min_tokens`
-(`common.penalties`, each slot with the tokens before it as its history) and structured output (`common.grammar`,
+(`common.penalties`, each slot with the tokens before it as its history), structured output (`common.grammar`,
 xgrammar backend only: the constraint travels to the worker in `extra_args`, out of vLLM's scheduler, which would
-cut a window at its first mask), except Huginn's; and `logit_bias` and `min_p`, which vLLM refuses with any
+cut a window at its first mask) and `bad_words` (as vLLM tokenizes them, a grammar too: `common.bad_words`), except
+Huginn's; and `logit_bias` and `min_p`, which vLLM refuses with any
 speculative method (its rejection sampler does not apply them): they travel in `extra_args` too, past that check
 (`carry_adjustments`). `logprobs` they report
 (`vllm_plugin.logprobs`; `huginn`'s are those of the distribution each token was chosen from), and
@@ -28,7 +29,7 @@ NEUTRAL = {"presence_penalty": 0.0, "frequency_penalty": 0.0, "repetition_penalt
 REPORTED = {"logprobs", "prompt_logprobs"}
 # What the step methods' decoders apply (`common.penalties`, `common.grammar`); Huginn's sampler does not.
 ADJUSTMENTS = {"presence_penalty", "frequency_penalty", "repetition_penalty", "allowed_token_ids", "min_tokens",
-               "structured_outputs", "logit_bias", "min_p"}
+               "structured_outputs", "logit_bias", "min_p", "bad_words"}
 # Where a committing method's request carries its constraint to the worker: [option name, spec].
 GRAMMAR_KEY = "parallel_decoding_grammar"
 # Where it carries what vLLM refuses with speculation: {"logit_bias": [[token, bias], ...], "min_p": p}.

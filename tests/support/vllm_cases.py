@@ -1,12 +1,11 @@
 """vLLM test cases shared by several test files: lengths, the reference's statistics, untied prompts, the width
 planner's pinned, dear and free runs."""
 
-from collections.abc import Callable
 from pathlib import Path
 
 from tests.support.vllm_engine import engine  # isort: split
 
-from vllm import LLM, SamplingParams, TokensPrompt
+from vllm import SamplingParams, TokensPrompt
 
 from parallel_decoding.common.acceptance import AcceptanceStats
 from parallel_decoding.common.checkpoint import load
@@ -82,27 +81,24 @@ PLANNED = {"fixed": {"adaptive": False}, "dear": {"step_cost": [0.01, 1.0, 1.0]}
            "free": {"step_cost": [1.0, 0.0, 0.0]}}
 
 
-def planner_decides(model_dir: Path, spec: dict, prompts: list[str], params: SamplingParams, want: list,
-                    probe_pinned: Callable[[LLM], None] | None = None) -> AcceptanceStats:
+def planner_decides(model_dir: Path, spec: dict, prompts: list[str], params: SamplingParams, want: list
+                    ) -> AcceptanceStats:
     """Runs `spec` pinned, with rows dear and with rows free (one engine at a time): greedy AR's tokens (`want`,
     tie-aware) every time, no draft at all with rows dear, exactly the pinned drafts with rows free. The pinned
-    run's counters; `probe_pinned` is called with the pinned engine first."""
+    run's counters."""
     ids = [load(model_dir)[1].encode(p) for p in prompts]
     stats = {}
     for label, extra in PLANNED.items():
-        got, stats[label] = _run(model_dir, {**spec, **extra}, prompts, params,
-                                 probe_pinned if label == "fixed" else None)
+        got, stats[label] = _run(model_dir, {**spec, **extra}, prompts, params)
         ties.compare_greedy(model_dir, ids, got, want)
     assert stats["dear"].num_draft_tokens == 0
     assert stats["free"].num_draft_tokens == stats["fixed"].num_draft_tokens > 0
     return stats["fixed"]
 
 
-def _run(model_dir: Path, spec: dict, prompts: list[str], params: SamplingParams,
-         probe: Callable[[LLM], None] | None) -> tuple[list[list[int]], AcceptanceStats]:
+def _run(model_dir: Path, spec: dict, prompts: list[str], params: SamplingParams
+         ) -> tuple[list[list[int]], AcceptanceStats]:
     """Token ids and counters of an engine that is gone when this returns (a name still bound to an engine breaks
     the next one's start)."""
     with engine(model_dir, spec) as llm:
-        if probe is not None:
-            probe(llm)
         return [list(o.outputs[0].token_ids) for o in llm.generate(prompts, params)], acceptance(llm)

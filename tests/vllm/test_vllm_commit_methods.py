@@ -2,6 +2,7 @@
 method, config and seed, under greedy decoding and under sampling, with EOS, stop tokens and max_tokens inside a
 window, and reports WeDLM's p_cache and tokens per forward through its spec-decode counters."""
 
+import itertools
 import json
 
 import pytest
@@ -198,3 +199,62 @@ def test_bias_and_min_p_equal_the_reference(engine_dir, prompts):
         want = run(with_option)
         ties.compare(got[i * len(batch) : (i + 1) * len(batch)], [r.token_ids for r in want], [r.margins for r in want])
         assert [r.token_ids for r in want] != [r.token_ids for r in run(without)]
+
+
+def vllm_bad_words(tokenizer, words: list[str]) -> list[list[int]]:
+    """The token ids vLLM bans for `words` (`SamplingParams.update_from_tokenizer`: each word with and without a
+    leading space)."""
+    from types import SimpleNamespace
+
+    params = SamplingParams(bad_words=words)
+    params.update_from_tokenizer(SimpleNamespace(encode=tokenizer.encode, max_token_id=len(tokenizer) - 1))
+    return params.bad_words_token_ids
+
+
+def two_token_word(tokenizer, tokens: list[int]) -> str | None:
+    """A word made of two of `tokens` in a row that vLLM tokenizes back to those two."""
+    for pair in itertools.pairwise(tokens):
+        text = tokenizer.decode(list(pair)).strip()
+        if text and list(pair) in vllm_bad_words(tokenizer, [text]):
+            return text
+    return None
+
+
+@pytest.mark.parametrize("spec", [SPECS[0], pytest.param(
+    {"method": "diffusion_self", "mode": "quadratic", "num_speculative_tokens": 3}, marks=pytest.mark.sweep)],
+    ids=["wedlm", "quadratic"])
+def test_bad_words_equal_the_reference(engine_dir, prompts, spec):
+    """`bad_words`, by vLLM's rule (a word's last token banned after its other tokens, over the output), the
+    committing decoders apply as a grammar over what they commit (`common.bad_words`): greedy vLLM equals the
+    reference runner given the words vLLM tokenized, in a batch with plain requests; two-token words the plain
+    output holds never occur under them."""
+    from parallel_decoding.common.bad_words import BadWords
+
+    batch = prompts[:6]
+    model, tokenizer = load(engine_dir["qwen3"])
+    config = parse_config(spec["method"], json.loads(settings(spec)), mask_token_id=model.config.mask_token_id)
+
+    def run(words: list[list[int]]) -> list:
+        results = []
+        for prompt in batch:
+            decoder = make_decoder(spec["method"], config, tokenizer.encode(prompt), ReferenceSampling(),
+                                   Limits(MAX_TOKENS))
+            decoder.grammar = BadWords(words) if words else None
+            results.append(ReferenceRunner(model).run(decoder))
+        return results
+
+    plain = run([])
+    words = list(dict.fromkeys(w for r in plain if (w := two_token_word(tokenizer, r.token_ids)) is not None))[:2]
+    assert len(words) == 2, words
+    banned = vllm_bad_words(tokenizer, words)
+    want = run(banned)
+    params = [SamplingParams(temperature=0, max_tokens=MAX_TOKENS, bad_words=words),
+              SamplingParams(temperature=0, max_tokens=MAX_TOKENS)]
+    got = generated(engine_dir["qwen3"], spec, batch * 2, [params[0]] * len(batch) + [params[1]] * len(batch))
+    ties.compare(got, [r.token_ids for r in want + plain], [r.margins for r in want + plain])
+
+    def holds(tokens: list[int], word: list[int]) -> bool:
+        return any(tokens[i : i + len(word)] == word for i in range(len(tokens)))
+
+    assert any(holds(r.token_ids, word) for r in plain for word in banned if len(word) == 2)
+    assert not any(holds(r.token_ids, word) for r in want for word in banned)
