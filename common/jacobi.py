@@ -37,9 +37,9 @@ class JacobiConfig:
     """n drafts per block; K blocks (1 = plain Jacobi with a running window); spawn ratio r; n-gram pool and how
     its candidates are verified: `branches` beside the main drafts in one forward (the paper's), or `linear`, the
     newest candidate in place of the RA drafts (for verifiers that take one linear draft, as vLLM's). In the engines
-    `adaptive` (default on, except in SGLang's recycling Jacobi, which does not adapt yet) verifies only as many of the
-    window's drafts each step as pay for their rows (`common.width_planner`; false: all of them), with `step_cost` a
-    fixed cost model instead of the measured one."""
+    `adaptive` (default on) verifies only as many of the window's drafts (and of each recycled branch's) each step as
+    pay for their rows (`common.width_planner`; false: all of them), with `step_cost` a fixed cost model instead of
+    the measured one."""
 
     block_size: int = 16
     num_blocks: int = 1
@@ -98,6 +98,8 @@ class JacobiDecoder(Decoder):
         self.pool: deque[list[int]] = deque(maxlen=config.pool_size)
         self._branches: list[list[int]] = []
         self._main: list[int] = []  # the planned forward's main drafts (`main_drafts` when it was planned)
+        self.draft_cap: int | None = None  # an engine's width planner's, set before each forward it plans
+        self.verified = (0, 0)  # the last step's drafts verified and accepted, for an engine's planner
 
     @property
     def next_position(self) -> int:
@@ -119,6 +121,16 @@ class JacobiDecoder(Decoder):
     def window_end(self) -> int:
         end = self.blocks[-1].start + self.config.block_size if self.blocks else self.ra_end
         return min(end, self.last_position + 1)
+
+    @property
+    def most_drafts(self) -> int:
+        """The drafts a forward verifies at most: the whole window."""
+        return self.config.block_size * self.config.num_blocks
+
+    def cap(self, width: int) -> None:
+        """An engine's width planner's cap on the drafts of the next forward it plans (`plan`), the main ones and
+        each recycled branch's (`common.width_planner.cap_widths`); 0 forwards the seed alone, a plain AR step."""
+        self.draft_cap = width
 
     def main_drafts(self) -> list[int]:
         """Draft tokens for positions next_position .. window_end-1, RA first then pseudo blocks; with `linear`
@@ -186,9 +198,11 @@ class JacobiDecoder(Decoder):
 
     def plan(self) -> Forward:
         pending = self.tokens[self.cache_len :]
-        self._main = self.main_drafts()
+        cap = self.most_drafts if self.draft_cap is None else max(self.draft_cap, 0)
+        self._main = self.main_drafts()[:cap]
         main = pending + self._main
-        self._branches = self.candidates() if self.config.recycling == "branches" else []
+        branches = self.candidates() if self.config.recycling == "branches" and cap else []
+        self._branches = [cand[:cap] for cand in branches]
         ids = main + [t for cand in self._branches for t in cand]
         positions = list(range(self.cache_len, self.cache_len + len(main)))
         n = len(ids)
@@ -257,6 +271,7 @@ class JacobiDecoder(Decoder):
             committed = verify(torch.tensor(drafts, dtype=torch.long), rows.logits[option_rows], self.sampling,
                                self.generator)
         self.acceptance.record(len(drafts), len(committed) - 1)
+        self.verified = (len(drafts), len(committed) - 1)
         # The next drafts come from the winning option's rows where it has them, the main window's after.
         window = torch.tensor(option_rows + list(range(len(option_rows), n_main)))
         predicted = (rows.token[window] if self.sampling.greedy
@@ -287,7 +302,16 @@ class JacobiDecoder(Decoder):
             for i in range(block.accepted, n):
                 if (p := pred(block.start + i)) is not None:
                     block.tokens[i] = p
-        tail = [p for pos in range(new_next, old_next + len(predicted)) if (p := pred(pos)) is not None]
+        held = self.ra_drafts  # for positions old_next ..
+
+        def known(position: int) -> int | None:
+            """The forward's prediction there, else the RA draft held there (past a window cut short by an engine's
+            width planner)."""
+            index = position - old_next
+            return pred(position) if index < len(predicted) or index >= len(held) else held[index]
+
+        end = old_next + max(len(predicted), len(held))
+        tail = [t for pos in range(new_next, end) if (t := known(pos)) is not None]
         if self.config.num_blocks == 1:
             self.ra_drafts = self._pad(tail, n)
             return

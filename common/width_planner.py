@@ -33,12 +33,14 @@ class Shape:
     per drafting request (linear `diffusion_self`); `mask_slots`, the next step's w drafts drawn from w + 1 mask
     slots in the verify forward itself, 2 (w + 1) rows (`wedlm_spec`); `quadratic`, w drafts cost (w + 1)(w + 3)
     rows in one forward (quadratic `diffusion_self`: a chain of w + 1, a group of w + 2 per chain token; the chain
-    alone at w = 0); `uniform`, every request forwards the batch's widest window (an engine whose verify layout
-    is rectangular, SGLang's)."""
+    alone at w = 0); `branches`, up to that many branches of w drafts beside the main ones in the same forward,
+    1 + (1 + branches) w rows (Jacobi's rejection recycling, counted full); `uniform`, every request forwards the
+    batch's widest window (an engine whose verify layout is rectangular, SGLang's)."""
 
     extra_forward: bool = False
     mask_slots: bool = False
     quadratic: bool = False
+    branches: int = 0
     uniform: bool = False
 
     def rows(self, widths: torch.Tensor) -> torch.Tensor:
@@ -46,7 +48,8 @@ class Shape:
         widths = widths.double()
         if self.quadratic:
             return torch.where(widths > 0, (widths + 1) * (widths + 3), torch.ones_like(widths))
-        return (1 + widths) * (1 + ((self.extra_forward or self.mask_slots) & (widths > 0)).double())
+        linear = (1 + widths) * (1 + ((self.extra_forward or self.mask_slots) & (widths > 0)).double())
+        return linear + self.branches * widths
 
 
 class StepCost:

@@ -88,9 +88,6 @@ def resolve(mode: str, settings: Any, model_path: str, trust_remote_code: bool, 
     """The mode's typed config, completed from the checkpoint, and the SGLang fields that select it."""
     config = complete(parse_config(mode, settings), model_path, trust_remote_code)
     check_huginn(mode, config, model_path, trust_remote_code)
-    if mode == "jacobi" and commits(mode, config) and config.adaptive:
-        raise ConfigError("adaptive is not applied with decode mode jacobi with rejection recycling (its decoder "
-                          "commits): drop it")
     if getattr(config, "draft_adapter", None):  # by absolute path, checked (relative: the checkpoint's own)
         path = adapter_path(model_path, config.draft_adapter).resolve()
         config = dataclasses.replace(config, draft_adapter=str(path))

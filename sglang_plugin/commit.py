@@ -18,6 +18,7 @@ import torch
 from sglang.srt.mem_cache.allocation import alloc_token_slots
 
 from parallel_decoding.common.decoder import Decoder, Limits
+from parallel_decoding.common.jacobi import JacobiConfig, JacobiDecoder
 from parallel_decoding.common.logprob_rows import LogprobRows, logprob_rows
 from parallel_decoding.common.lora import LoRA
 from parallel_decoding.common.methods import make_decoder
@@ -66,17 +67,22 @@ class PooledDecoder:
 
 
 class CommitWorker(PluginWorker):
-    """Where the mode adapts its widths (quadratic self-speculation), one width per step for the batch
-    (`common.width_planner.cap_widths`; SGLang's window is rectangular), priced by the step's measured time."""
+    """Where the mode adapts its widths (quadratic self-speculation, Jacobi with rejection recycling), one width per
+    step for the batch (`common.width_planner.cap_widths`; SGLang's window is rectangular), priced by the step's
+    measured time."""
 
     non_draft_tokens = 0
     lora: LoRA | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        quadratic = getattr(self.config, "mode", None) == "quadratic"
-        self.planner = planner_for(self.config, self.config.num_speculative_tokens,
-                                   Shape(quadratic=True, uniform=True)) if quadratic else None
+        self.planner = None
+        if getattr(self.config, "mode", None) == "quadratic":
+            self.planner = planner_for(self.config, self.config.num_speculative_tokens,
+                                       Shape(quadratic=True, uniform=True))
+        elif isinstance(self.config, JacobiConfig):
+            self.planner = planner_for(self.config, self.config.block_size * self.config.num_blocks,
+                                       Shape(branches=self.config.verification_size, uniform=True))
 
     def dropped(self, rid: str) -> None:
         if self.planner is not None:
@@ -88,7 +94,7 @@ class CommitWorker(PluginWorker):
         started = time.perf_counter()
         states = [self.held(req) for req in batch.reqs]
         planned = [(req.rid, state.decoder) for req, state in zip(batch.reqs, states, strict=True)
-                   if state is not None and isinstance(state.decoder, QuadraticSelfSpecDecoder)]
+                   if state is not None and isinstance(state.decoder, QuadraticSelfSpecDecoder | JacobiDecoder)]
         if self.planner is not None and planned:
             cap_widths(self.planner, [rid for rid, _ in planned], [decoder for _, decoder in planned])
         width = self.step(batch, states)

@@ -222,3 +222,35 @@ def test_steps_capped_by_a_width_planner_stay_greedy_ar(checkpoint, method, sett
         assert chain == min(had, cap) and rows == rows_capped(method, cap, chain)
     assert any(had > cap > 0 for cap, had, *_ in shapes) and any(cap == 0 < had for cap, had, *_ in shapes)
     assert accepted >= len(shapes) // 4
+
+
+def test_recycling_jacobi_capped_by_a_width_planner_stays_greedy_ar():
+    """On the trained Jacobi Forcing checkpoint, multi-block Jacobi with rejection recycling capped per step as an
+    engine's width planner caps it: the main drafts and each recycled branch cut to the cap (0: the seed alone, a
+    plain AR step), AR's tokens all the same, and drafts still accepted."""
+    model, tokenizer = load(SHIPPED / "jacobi_forcing")
+    config = parse_config("jacobi", {"block_size": 4, "num_blocks": 2, "spawn_ratio": 0.5, "pool_size": 8,
+                                     "verification_size": 4})
+    caps = [8, 3, 0, 5, 8, 1, 6, 0, 8, 8]
+    got, want, shapes, accepted = [], [], [], 0
+    for prompt in corpus.prompts(4):
+        ids = tokenizer.encode(prompt)
+        want.append(ReferenceRunner(model).run(make_decoder("ar", None, ids, SamplingParams(), Limits(MAX_TOKENS))))
+        decoder = make_decoder("jacobi", config, ids, SamplingParams(), Limits(MAX_TOKENS + 8))
+        plan, steps = decoder.plan, iter(caps * 8)
+
+        def capped(decoder=decoder, plan=plan, steps=steps):
+            cap, pending = next(steps), decoder.num_tokens - decoder.cache_len
+            decoder.cap(cap)
+            forward = plan()
+            shapes.append((cap, len(decoder._main), [len(b) for b in decoder._branches], pending, forward.num_tokens))
+            return forward
+
+        decoder.plan = capped
+        got.append(ReferenceRunner(model).run(decoder).token_ids[:MAX_TOKENS])
+        accepted += decoder.acceptance.num_accepted_tokens
+    ties.compare(got, [w.token_ids for w in want], [w.margins for w in want])
+    for cap, main, branches, pending, rows in shapes:
+        assert main <= cap and all(0 < b <= cap for b in branches) and rows == pending + main + sum(branches)
+    assert all(rows == pending for cap, _, _, pending, rows in shapes if cap == 0)
+    assert any(branches for *_, branches, _, _ in shapes) and accepted >= len(shapes) // 4

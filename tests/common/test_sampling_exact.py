@@ -110,6 +110,13 @@ def test_quadratic_distribution_matches_ar_under_any_widths(small_model, caps):
     assert chi_square_p_value(counts, exact_joint(small_model, params, SPEC_LENGTH)) > P_VALUE_FLOOR
 
 
+def test_recycling_jacobi_distribution_matches_ar_under_any_widths(small_model):
+    """Jacobi with rejection recycling over 4 tokens, its main drafts and branches capped per step."""
+    params = PARAMS[0]
+    counts = empirical(small_model, "jacobi", {"block_size": 3, "pool_size": 4}, params, SPEC_LENGTH, (2, 1, 0, 3))
+    assert chi_square_p_value(counts, exact_joint(small_model, params, SPEC_LENGTH)) > P_VALUE_FLOOR
+
+
 @pytest.mark.parametrize("caps", [(2, 1), pytest.param((1, 0), marks=pytest.mark.sweep)], ids=["capped", "seed-alone"])
 def test_wedlm_spec_distribution_matches_ar_under_any_widths(small_model, caps):
     """WeDLM-drafted speculation with its drafts and mask slots capped per step (a width planner's caps)."""

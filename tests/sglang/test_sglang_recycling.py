@@ -3,7 +3,8 @@ branches in the main draft's forward, a winning branch's out-of-place KV recompu
 vocabulary-8 model, where rejected tails recur and branches win often, 32 greedy and 32 seeded sampled requests in
 flight give exactly the tokens of `common/`'s Jacobi decoder, the greedy ones those of plain greedy decoding. On a
 model whose greedy output walks cycles, the pool lifts tokens per forward well above plain Jacobi's, with the
-reference runner's forward count (plus at most one per request).
+reference runner's forward count (plus at most one per request). Its width planner decides what is forwarded: with
+rows dear every step is a plain AR step, with rows free each forwards what `adaptive: false` does.
 
 Runs in the SGLang environment (see `tests/sglang/test_sglang_server.py`)."""
 
@@ -11,11 +12,14 @@ import json
 import random
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
+import sglang
+
 from parallel_decoding.common.decoder import Limits
 from parallel_decoding.common.methods import make_decoder, parse_config
 from parallel_decoding.common.runner import ReferenceRunner
 from parallel_decoding.common.sampling import SamplingParams
-from scripts.sglang_server import CPU_ARGS, sglang_server
+from scripts.sglang_server import CPU_ARGS, CPU_KWARGS, sglang_server
 from tests.support import ties
 from tests.support.exact import MASK
 from tests.support.reference_cli import MAX_TOKENS, SEED
@@ -52,7 +56,8 @@ def test_recycling_equals_reference(vocab8):
 
 def test_recycling_earns_its_forwards(cyclic):
     path, model, prompts = cyclic
-    settings = {"block_size": 16, "num_blocks": 2, "spawn_ratio": 0.85, "pool_size": 4, "verification_size": 4}
+    settings = {"block_size": 16, "num_blocks": 2, "spawn_ratio": 0.85, "pool_size": 4, "verification_size": 4,
+                "adaptive": False}  # the reference's widths
     expected = [run(model, "jacobi", settings, p, 0.0, 64) for p in prompts]
     plain = [run(model, "jacobi", {**settings, "pool_size": 0}, p, 0.0, 64) for p in prompts]
     ar = [run(model, "ar", None, p, 0.0, 64) for p in prompts]
@@ -67,3 +72,25 @@ def test_recycling_earns_its_forwards(cyclic):
     assert sum(r.forwards for r in expected) <= forwards <= sum(r.forwards for r in expected) + len(prompts)
     tokens = sum(len(r.token_ids) for r in ar)
     assert tokens / forwards >= 1.5 and tokens / forwards >= tokens / sum(r.forwards for r in plain) + 0.4
+
+
+@pytest.mark.sweep
+def test_the_width_planner_decides_what_is_forwarded(cyclic, cpu_engine_env):
+    """With rows dear (`step_cost`) every step is a plain AR step, one token each; with rows free every step
+    forwards the whole window and its branches, as many steps as `adaptive: false`; AR's tokens every time."""
+    path, model, prompts = cyclic
+    settings = {"block_size": 8, "num_blocks": 2, "spawn_ratio": 0.5, "pool_size": 4, "verification_size": 4}
+    ar = [run(model, "ar", None, p, 0.0, 32).token_ids for p in prompts]
+    steps = {}
+    for label, extra in {"dear": {"step_cost": [0.01, 1.0, 1.0]}, "free": {"step_cost": [1.0, 0.0, 0.0]},
+                         "fixed": {"adaptive": False}}.items():
+        engine = sglang.Engine(model_path=str(path), decode_mode="jacobi", decode_config={**settings, **extra},
+                               skip_tokenizer_init=True, **CPU_KWARGS)
+        try:
+            outputs = engine.generate(input_ids=prompts, sampling_params={"temperature": 0, "max_new_tokens": 32,
+                                                                          "ignore_eos": True})
+        finally:
+            engine.shutdown()
+        assert [out["output_ids"] for out in outputs] == ar, label
+        steps[label] = sum(out["meta_info"]["spec_verify_ct"] for out in outputs)
+    assert steps["dear"] == 31 * len(prompts) and steps["free"] == steps["fixed"] < steps["dear"] // 2
