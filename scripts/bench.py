@@ -100,12 +100,8 @@ def width(spec: dict) -> int:
 
 def adapts(spec: dict, engine: str) -> bool:
     """Whether the method chooses its widths by load in `engine` (`common.width_planner`): then it also runs pinned
-    to its configured width (`-fixed`). SGLang's recycling Jacobi commits with its own decoder and does not adapt; the
-    reference runner has no planner."""
-    config = typed(spec)
-    if engine == "reference" or (engine == "sglang" and spec["method"] == "jacobi" and config.pool_size):
-        return False
-    return getattr(config, "adapts", False)
+    to its configured width (`-fixed`). The reference runner has no planner."""
+    return engine != "reference" and getattr(typed(spec), "adapts", False)
 
 
 def ngram(spec: dict) -> dict:
