@@ -15,10 +15,10 @@ from scripts.sglang_server import CPU_ARGS, sglang_server
 from tests.support.exact import P_VALUE_FLOOR, PARAMS, SAMPLES, chi_square_p_value, exact_joint
 from tests.support.sglang_client import sample
 
+# Recycling Jacobi as a sweep: its decoder commits, and its seeded tokens equal the reference decoder's
+# (`test_sglang_recycling.py`), whose samples follow the model's distribution (`tests/common/test_sampling_exact.py`).
 MODES = [("jacobi", '{"block_size": 3}'), ("diffusion_self", '{"num_speculative_tokens": 2}'),
-         ("jacobi", '{"block_size": 2, "pool_size": 4, "verification_size": 2}')]
-
-
+         pytest.param("jacobi", '{"block_size": 2, "pool_size": 4, "verification_size": 2}', marks=pytest.mark.sweep)]
 
 
 # SGLang's own cuts together (`common.sampling`, SGLang's definitions): top-k, top-p over the whole distribution, min-p;

@@ -35,7 +35,10 @@ def model_dir(engine_dir, spec: dict) -> Path:
     return TRAINED_RAVEN if spec["method"] == "huginn" else engine_dir["qwen3"]
 
 
-@pytest.fixture(scope="module", params=SERVED, ids=[s["method"] for s in SERVED])
+# CI serves `jacobi` (lossless), `wedlm` (committing) and `huginn` (its own worker); `diffusion_self` and `diffusion`,
+# whose engine paths those share and whose offline equality tests run in CI, as sweeps.
+@pytest.fixture(scope="module", params=[pytest.param(s, marks=[pytest.mark.sweep] if s["method"] in (
+    "diffusion_self", "diffusion") else [], id=s["method"]) for s in SERVED])
 def spec(request):
     return request.param
 
