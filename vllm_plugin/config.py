@@ -26,6 +26,7 @@ from parallel_decoding.common.methods import (
     method_spec,
     parse_config,
 )
+from parallel_decoding.vllm_plugin import streaming
 from parallel_decoding.vllm_plugin.logprobs import RAW_MODES
 
 SUPPORTED_VLLM = ((0, 32), (0, 34))
@@ -178,6 +179,7 @@ def translate(engine_args: Any, model_config: Any) -> None:
         "model": target.proposer,
         "num_speculative_tokens": max_drafts(method, config),
     }
+    streaming.install()  # this process serves our method: its parsers read our multi-token steps token by token
 
 
 def with_adapter(config: Any, model: str, enforce_eager: bool) -> Any:
