@@ -94,6 +94,13 @@ def target_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     return probs
 
 
+def min_p_cut(logits: torch.Tensor, min_p: float, temperature: float) -> torch.Tensor:
+    """`logits`, in place, with the tokens less likely than `min_p` times the most likely at `temperature` set to
+    -inf: vLLM's min-p, made before a sampler that applies the temperature itself."""
+    probs = (logits.float() / temperature).softmax(-1)
+    return logits.masked_fill_(probs < min_p * probs.amax(-1, keepdim=True), float("-inf"))
+
+
 def sglang_filtered(probs: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     """SGLang's cuts of `probs` (its sampler's): over the probabilities sorted once, ranks from `top_k` on, tokens
     whose mass before them exceeds `top_p`, then those below `min_p` times the most likely; renormalised."""

@@ -8,7 +8,8 @@ from typing import Any
 import torch
 
 from parallel_decoding.common.methods import parse_config
-from parallel_decoding.common.sampling import SamplingParams
+from parallel_decoding.common.penalties import biased
+from parallel_decoding.common.sampling import SamplingParams, min_p_cut
 from parallel_decoding.common.width_planner import Shape, WidthPlanner, planner_for
 from parallel_decoding.vllm_plugin import cpu_kernels, runner_hooks
 from parallel_decoding.vllm_plugin.config import ADDITIONAL_CONFIG_KEY
@@ -24,13 +25,15 @@ def request_sampling(params: Any, adjustments: bool = False) -> SamplingParams:
     """A vLLM request's sampling parameters as `common/` reads them (vLLM's near-zero temperature is greedy);
     `adjustments`: with its penalties, allowed tokens, minimum length (over vLLM's stop tokens), and the
     `logit_bias` and `min_p` carried past vLLM's checks (`vllm_plugin.requests.carry_adjustments`), for a decoder
-    that commits by its own rule (a lossless method's target is adjusted by vLLM's own sampler)."""
+    that commits by its own rule (a lossless method's target is adjusted by vLLM's own sampler, but for the carried
+    `logit_bias` and `min_p`, which `PluginProposer.adjust_targets` applies to it)."""
     temperature = params.temperature if params.temperature >= GREEDY_EPS else 0.0
     sampling = SamplingParams(temperature=temperature, top_p=params.top_p, top_k=max(params.top_k, 0),
                               seed=params.seed)
-    if not adjustments:
-        return sampling
     carried = (params.extra_args or {}).get(CARRIED_KEY, {})
+    if not adjustments:
+        return replace(sampling, logit_bias=tuple((int(t), float(b)) for t, b in carried.get("logit_bias", ())),
+                       min_p=carried.get("min_p", 0.0))
     return replace(sampling, presence_penalty=params.presence_penalty, frequency_penalty=params.frequency_penalty,
                    repetition_penalty=params.repetition_penalty,
                    allowed_token_ids=tuple(params.allowed_token_ids or ()), min_tokens=params.min_tokens,
@@ -50,6 +53,7 @@ class PluginProposer(runner_hooks.Hooked):
     def __init__(self, vllm_config: Any) -> None:
         settings = vllm_config.additional_config[ADDITIONAL_CONFIG_KEY]
         self.method: str = settings["method"]
+        self.committing: bool = settings["committing"]
         self.config = parse_config(self.method, settings["config"])
         self.sampling: dict[str, SamplingParams] = {}
         self.generators: dict[str, torch.Generator] = {}
@@ -99,6 +103,23 @@ class PluginProposer(runner_hooks.Hooked):
 
     def propose(self, *args: Any, **kwargs: Any) -> list[list[int]]:
         raise RuntimeError("parallel-decoding proposers run through vllm_plugin.runner_hooks, which is not installed")
+
+    def adjust_targets(self, runner: Any, logits: torch.Tensor, metadata: Any) -> None:
+        """A lossless method's target rows with each request's carried `logit_bias` added and, where it samples,
+        `min_p`'s cut made as vLLM's sampler makes them, in place, before vLLM's rejection sampler and our drafts read
+        them: vLLM applies neither under speculation (`requests.carry_adjustments` carries them past its check)."""
+        if self.committing:
+            return  # a committing decoder adjusts its own rows
+        req_ids = runner.input_batch.req_ids
+        ends = metadata.cu_num_sampled_tokens.tolist() if metadata is not None else range(1, len(req_ids) + 1)
+        start = 0
+        for req_id, end in zip(req_ids, ends, strict=True):
+            sampling, _ = self.request(runner, req_id)
+            if sampling.logit_bias:
+                biased(logits[start:end], sampling)
+            if sampling.min_p and not sampling.greedy:
+                min_p_cut(logits[start:end], sampling.min_p, sampling.temperature)
+            start = end
 
     def request(self, runner: Any, req_id: str) -> tuple[SamplingParams, torch.Generator]:
         """The request's sampling parameters and a CPU generator for our own draws.

@@ -10,7 +10,10 @@ speculative method (its rejection sampler does not apply them): they travel in `
 (`vllm_plugin.logprobs`; `huginn`'s are those of the distribution each token was chosen from), and
 `prompt_logprobs` from their causal prefill (all but `wedlm`).
 
-The lossless methods are verified by vLLM's own rejection sampler, which applies them to the target. Every field of
+The lossless methods are verified by vLLM's own rejection sampler, which applies them to the target, but for
+`logit_bias` and `min_p`: those are carried past vLLM's check as well, and applied to the target's logits before the
+rejection sampler reads them (`vllm_plugin.proposer.PluginProposer.adjust_targets`; `logprobs` with them refused, as
+they would be read from the adjusted logits). Every field of
 `vllm.SamplingParams` is in one of three sets below (applied by the decoders, applied by vLLM, refused)."""
 
 import functools
@@ -69,12 +72,19 @@ def check(method: str, params: Any, committing: bool) -> None:
                                       f"or {neutral!r}, got {value!r}", parameter=name, value=value)
 
 
-def carry_adjustments(params: Any, vocab_size: int) -> None:
-    """Move a committing step method's `logit_bias` and `min_p` into `extra_args` (checked here as vLLM would:
-    token ids inside the vocabulary, min_p in [0, 1]), for its decoder to apply (`vllm_plugin.proposer`), before
-    vLLM's validation, which refuses both with any speculative method. Idempotent: an offline batch validates one
-    parameters object per prompt."""
+def carry_adjustments(params: Any, vocab_size: int, lossless: bool = False) -> None:
+    """Move a committing step method's or a `lossless` method's `logit_bias` and `min_p` into `extra_args` (checked
+    here as vLLM would: token ids inside the vocabulary, min_p in [0, 1]), for its decoder, or the lossless target's
+    logits (`vllm_plugin.proposer`), to apply, before vLLM's validation, which refuses both with any speculative
+    method. A lossless method's logprobs would then be read from the adjusted logits: refused with them. Idempotent:
+    an offline batch validates one parameters object per prompt."""
     from vllm.exceptions import VLLMValidationError
+
+    if lossless and params.logprobs is not None and (params.logit_bias or params.min_p):
+        name = "logit_bias" if params.logit_bias else "min_p"
+        raise VLLMValidationError(f"logprobs are not reported with {name} under a lossless speculative method (vLLM "
+                                  f"would read them from the adjusted logits): leave one of them unset",
+                                  parameter=name, value=getattr(params, name))
 
     carried = {}
     if params.logit_bias:
@@ -136,8 +146,8 @@ def install() -> None:
         ours = (self.vllm_config.additional_config or {}).get(ADDITIONAL_CONFIG_KEY)
         if ours is not None and hasattr(params, "logprobs"):
             check(ours["method"], params, ours["committing"])
-            if ours["committing"] and method_spec(ours["method"]).kind == "step":
-                carry_adjustments(params, self.model_config.get_vocab_size())
+            if not ours["committing"] or method_spec(ours["method"]).kind == "step":
+                carry_adjustments(params, self.model_config.get_vocab_size(), lossless=not ours["committing"])
         return validate(self, params, *args, **kwargs)
 
     @functools.wraps(process)

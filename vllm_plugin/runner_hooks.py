@@ -16,7 +16,8 @@ _installed = False
 
 class Hooked:
     """What the hooks call on a proposer of ours (`vllm_plugin.proposer.PluginProposer`): `draft` after each
-    step's bookkeeping, `before_sample` with the step's logits, `positions` and `attending` around its forward,
+    step's bookkeeping, `adjust_targets` and `before_sample` with the step's logits, `positions` and `attending`
+    around its forward,
     `forget` with the requests vLLM finished."""
 
     def draft(
@@ -24,6 +25,9 @@ class Hooked:
     ) -> tuple[list[list[int]], torch.Tensor | None]:
         """Draft tokens per batch row, and the proposal probabilities [rows, k, vocab] when any row samples."""
         raise NotImplementedError
+
+    def adjust_targets(self, runner: Any, logits: torch.Tensor, metadata: Any) -> None:
+        """Adjust, in place, the step's logits (rows laid out by `metadata`) before anything reads them."""
 
     def before_sample(self, runner: Any, logits: torch.Tensor, metadata: Any) -> Any:
         """See the step's logits (rows laid out by `metadata`, None without drafts) before vLLM samples.
@@ -95,6 +99,7 @@ def install() -> None:
     def sample_committed(self: Any, logits: torch.Tensor | None, spec_decode_metadata: Any) -> Any:
         drafter = getattr(self, "drafter", None)
         if isinstance(drafter, Hooked) and logits is not None:
+            drafter.adjust_targets(self, logits, spec_decode_metadata)
             output = drafter.before_sample(self, logits, spec_decode_metadata)
             if output is not None:
                 return output

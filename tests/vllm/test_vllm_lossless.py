@@ -126,3 +126,50 @@ def test_off_by_one_acceptance_fails_the_comparison(engine_dir, requests, monkey
         ties.compare_greedy(engine_dir["qwen3"], [list(w.prompt_token_ids) for w in expected],
                             [list(o.outputs[0].token_ids) for o in got],
                             [list(w.outputs[0].token_ids) for w in expected])
+
+
+ADJUSTED = {"jacobi": ("jacobi_forcing", {"method": "jacobi", "block_size": 8, "adaptive": False}),
+            "diffusion_self": ("nld", {"method": "diffusion_self", "num_speculative_tokens": 7, "adaptive": False})}
+
+
+@pytest.mark.parametrize("method", [pytest.param("jacobi"), pytest.param("diffusion_self", marks=pytest.mark.sweep)])
+def test_logit_bias_and_min_p_equal_ar(prompts, method):
+    """`logit_bias` and `min_p`, which vLLM applies without speculation and refuses with it, the lossless methods
+    apply to the target's logits before vLLM's rejection sampler (`PluginProposer.adjust_targets`): greedy under a
+    bias that bans tokens of AR's output gives AR's tokens under it, and sampling at temperature 1 under min_p 1
+    (only the most likely token left) gives greedy AR's; dropped, both differ. `logprobs` with them is refused."""
+
+    from scripts.trained_models import SHIPPED
+
+    checkpoint, spec = ADJUSTED[method]
+    model, batch = SHIPPED / checkpoint, prompts[:4]
+    plain, want, bias = ar_under_a_ban(model, batch)
+    assert want != plain
+    biased = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, logit_bias=bias)
+    only_the_likeliest = SamplingParams(temperature=1.0, seed=7, max_tokens=MAX_TOKENS, min_p=1.0)
+    got, stats = generated_with_stats(model, spec, batch * 2, [biased] * len(batch) + [only_the_likeliest] * len(batch),
+                                      refused=SamplingParams(max_tokens=4, logit_bias=bias, logprobs=1))
+    assert got == want + plain
+    assert stats.num_drafts > 0
+
+
+def ar_under_a_ban(model, batch: list[str]) -> tuple[list, list, dict]:
+    """vLLM's greedy tokens without speculation, a bias that bans one token of each output, and the tokens under it."""
+    greedy = SamplingParams(temperature=0, max_tokens=MAX_TOKENS)
+    with engine(model) as llm:
+        plain = [list(o.outputs[0].token_ids) for o in llm.generate(batch, greedy)]
+        bias = {tokens[k]: -100.0 for tokens, k in zip(plain, (3, 5, 2, 4), strict=True)}
+        biased = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, logit_bias=bias)
+        return plain, [list(o.outputs[0].token_ids) for o in llm.generate(batch, biased)], bias
+
+
+def generated_with_stats(model, spec: dict, batch: list[str], params: list, refused) -> tuple[list, object]:
+    """Tokens and acceptance under `spec`; `refused` must be refused naming logit_bias."""
+    from vllm.exceptions import VLLMValidationError
+
+    with engine(model, spec) as llm:
+        got = [list(o.outputs[0].token_ids) for o in llm.generate(batch, params)]
+        stats = acceptance(llm)
+        with pytest.raises(VLLMValidationError, match="logit_bias"):
+            llm.generate(batch[:1], refused)
+    return got, stats

@@ -124,13 +124,13 @@ def test_unapplied_options_refused_by_name(server, spec, cases):
     not apply (sampled requests: greedy ones make vLLM drop min_p), and keep serving; `logprobs` they report, and
     `prompt_logprobs` all but `wedlm` (whose prefill emits no token); the penalties, `allowed_token_ids`,
     `logit_bias` and `min_p` the `wedlm` and `diffusion` decoders apply (`common.penalties`, `common.sampling`). The
-    lossless methods leave them to vLLM, whose rejection sampler applies them and which refuses min_p and logit_bias
-    with any speculation."""
+    lossless methods leave them to vLLM, whose rejection sampler applies them, but for min_p and logit_bias, which
+    vLLM refuses with any speculation and which they apply to the target's logits (`PluginProposer.adjust_targets`)."""
     prompt, _, text, _, _ = cases[0]
     for name, extra in REFUSED:
         create = functools.partial(server.completions.create, model="tiny", prompt=prompt, max_tokens=4,
                                    temperature=0.7, seed=1, **extra)
-        if spec["method"] in LOSSLESS and name not in ("min_p", "logit_bias"):
+        if spec["method"] in LOSSLESS:
             if name not in ("structured_outputs", "prompt_logprobs"):
                 create()
             continue
