@@ -79,8 +79,7 @@ def target_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     if params.rules == "sglang":
         return sglang_filtered(logits.softmax(-1), params)
     if params.min_p:
-        probs = logits.softmax(-1)
-        logits = logits.masked_fill(probs < params.min_p * probs.amax(-1, keepdim=True), float("-inf"))
+        logits = min_p_cut(logits, params.min_p, 1.0)  # `logits` is this function's own copy here
     if params.top_k:
         kth = logits.topk(min(params.top_k, logits.shape[-1]), dim=-1).values[..., -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))

@@ -28,18 +28,16 @@ def request_sampling(params: Any, adjustments: bool = False) -> SamplingParams:
     that commits by its own rule (a lossless method's target is adjusted by vLLM's own sampler, but for the carried
     `logit_bias` and `min_p`, which `PluginProposer.adjust_targets` applies to it)."""
     temperature = params.temperature if params.temperature >= GREEDY_EPS else 0.0
-    sampling = SamplingParams(temperature=temperature, top_p=params.top_p, top_k=max(params.top_k, 0),
-                              seed=params.seed)
     carried = (params.extra_args or {}).get(CARRIED_KEY, {})
+    sampling = SamplingParams(temperature=temperature, top_p=params.top_p, top_k=max(params.top_k, 0),
+                              seed=params.seed, min_p=carried.get("min_p", 0.0),
+                              logit_bias=tuple((int(t), float(b)) for t, b in carried.get("logit_bias", ())))
     if not adjustments:
-        return replace(sampling, logit_bias=tuple((int(t), float(b)) for t, b in carried.get("logit_bias", ())),
-                       min_p=carried.get("min_p", 0.0))
+        return sampling
     return replace(sampling, presence_penalty=params.presence_penalty, frequency_penalty=params.frequency_penalty,
                    repetition_penalty=params.repetition_penalty,
                    allowed_token_ids=tuple(params.allowed_token_ids or ()), min_tokens=params.min_tokens,
-                   stop_token_ids=tuple(sorted(params.all_stop_token_ids)),
-                   logit_bias=tuple((int(t), float(b)) for t, b in carried.get("logit_bias", ())),
-                   min_p=carried.get("min_p", 0.0))
+                   stop_token_ids=tuple(sorted(params.all_stop_token_ids)))
 
 
 class PluginProposer(runner_hooks.Hooked):
