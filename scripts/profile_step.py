@@ -2,12 +2,14 @@
 digest of its logit rows alone (`--part digest`).
 
     python -m scripts.profile_step --json out/profile.json --png out/profile.png --batch-sizes 1,8,32
+    python -m scripts.profile_step --model smollm2 --methods diffusion_self --batch-sizes 8 --json out/profile-main.json
     .venv-sglang/bin/python -m scripts.profile_step --engine sglang --json out/profile-sglang.json
     python -m scripts.profile_step --part digest --vocab 151936 --json out/digest.json  # on the GPU where there is one
 
 `--part step` splits a vLLM step per method into the model forward, the plugin's hooks and the engine's bookkeeping,
 next to vLLM's own `ngram` at the same width and plain AR, at several batch sizes. Each method runs on the checkpoint
-trained for it (`scripts.bench`'s table, with its settings: eager, float32), each engine in a process of its own with
+trained for it (`scripts.bench`'s table, with its settings: eager, float32; `--model smollm2`: the real model in bf16
+with its presets and the main job's chat prompts), each engine in a process of its own with
 its core inside (so its model runner's methods can be timed), greedy, `ignore_eos`, a warm-up batch first; every decode
 step of the timed batch counts (its first step, the prefill, and that step's token are left out). Per engine step (one
 `EngineCore.step`): `forward` is the step's model forward (`_model_forward`, with any attention passes our methods add
@@ -72,7 +74,7 @@ DIGEST_METHODS = {
     "jacobi": {"block_size": 16, "num_blocks": 2, "pool_size": 4, "verification_size": 4},
 }
 # The flags only one part reads: a flag of the other part is refused rather than ignored.
-ONLY = {"step": ("engine", "models", "png", "max_tokens", "prompts"), "digest": ("device", "vocab", "steps")}
+ONLY = {"step": ("engine", "models", "model", "png", "max_tokens", "prompts"), "digest": ("device", "vocab", "steps")}
 # Prompts whose greedy continuation on the shipped checkpoints repeats their own period, so ngram's lookup drafts its
 # full width every step and both it and our methods forward every row of their width: the same rows per step.
 PERIODIC = ["import sys\n" * 16, "import os\n" * 16, "x" * 40, "=" * 60, "0" * 40, "#" * 60, "import io\n" * 16,
@@ -151,8 +153,8 @@ def skip_numba_in_kernel_scan() -> None:
     current_platform.register_triton_kernel_overrides = register_without_numba
 
 
-def profile(model: str, name: str, spec: dict | None, batch_sizes: list[int], max_tokens: int, prompts: list[str]
-            ) -> list[dict]:
+def profile(model: str, name: str, spec: dict | None, batch_sizes: list[int], max_tokens: int, prompts: list[str],
+            dtype: str = "float32", max_model_len: int = 512) -> list[dict]:
     """One engine per method in this process (its own, so engines do not share one process's patched kernels),
     every batch size on it, a warm-up batch first."""
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine core in this process, its runner timed
@@ -161,7 +163,7 @@ def profile(model: str, name: str, spec: dict | None, batch_sizes: list[int], ma
     timer = StepTimer()
     skip_numba_in_kernel_scan()
     llm = LLM(model=model, speculative_config=spec, enforce_eager=True, kv_cache_memory_bytes=256 << 20,
-              dtype="float32", max_model_len=512, max_num_seqs=max(batch_sizes), seed=0)
+              dtype=dtype, max_model_len=max_model_len, max_num_seqs=max(batch_sizes), seed=0)
     params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
     records = []
     for batch_size in batch_sizes:
@@ -365,6 +367,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     step = parser.add_argument_group("--part step")
     step.add_argument("--engine", choices=["vllm", "sglang"], default="vllm")
     step.add_argument("--models", default="out/trained-models", help="the trained checkpoints (copied if missing)")
+    step.add_argument("--model", choices=["tiny", "smollm2"], default="tiny",
+                      help="smollm2: the real model in bf16, its presets, chat prompts (vLLM only)")
     step.add_argument("--png", default=None)
     step.add_argument("--max-tokens", type=int, default=64)
     step.add_argument("--prompts", choices=["demo", "periodic"], default="demo",
@@ -383,9 +387,15 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 def run_step(args: argparse.Namespace) -> None:
     """`--part step`: each chosen method and its peers in an engine of their own, to `--json` (and `--png`)."""
-    copy(Path(args.models))
     batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
-    chosen = [(name, checkpoint, spec) for name, checkpoint, spec in METHODS
+    if args.model == "smollm2":
+        if args.engine != "vllm" or args.prompts != "demo":
+            raise SystemExit("--model smollm2 profiles vLLM on its chat prompts")
+        paths, methods, prompts, engine_args = real_model()
+    else:
+        paths, methods = copy(Path(args.models)), METHODS
+        prompts, engine_args = PROMPTS if args.prompts == "demo" else PERIODIC, {}
+    chosen = [(name, checkpoint, spec) for name, checkpoint, spec in methods
               if ONE_ENGINE.get(name, args.engine) == args.engine
               and (args.methods is None or name in args.methods.split(","))]
     runs: list[tuple[str, str, dict | None, dict]] = []
@@ -403,8 +413,8 @@ def run_step(args: argparse.Namespace) -> None:
     records = []
     for name, checkpoint, spec, roles in tqdm(runs, desc="profile"):
         with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-            measured = pool.submit(measure, str(Path(args.models) / checkpoint), name, spec, batch_sizes,
-                                   args.max_tokens, PROMPTS if args.prompts == "demo" else PERIODIC).result()
+            measured = pool.submit(measure, str(paths[checkpoint]), name, spec, batch_sizes, args.max_tokens, prompts,
+                                   **engine_args).result()
         records += [{"engine": args.engine, "checkpoint": checkpoint, "peer": roles.get("peer"), **roles, **record}
                     for record in measured]
     records = with_peer_ratio(records)
@@ -422,6 +432,20 @@ def run_step(args: argparse.Namespace) -> None:
                  f"{r[f'per_forward_vs_{kind}']:.2f}x, less forwards {r[f'overhead_per_forward_vs_{kind}']:.2f}x)"
                  if ratio else "")
               + (f"  vs {r['rows_peer']} {r['per_step_vs_ngram_rows']:.2f}x" if "per_step_vs_ngram_rows" in r else ""))
+
+
+def real_model() -> tuple[dict[str, Path], list, list[str], dict]:
+    """SmolLM2 (fetched and converted once), its methods, the held-out chat prompts, the main job's engine settings."""
+    from transformers import AutoTokenizer
+
+    from scripts import chat_prompts, smollm2
+    from scripts.bench import REAL_METHODS
+
+    path = smollm2.ensure()
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    prompts = [tokenizer.apply_chat_template(chat_prompts.messages(p), add_generation_prompt=True, tokenize=False)
+               for p in chat_prompts.sample("heldout", 8)]
+    return {"smollm2": path}, REAL_METHODS, prompts, {"dtype": "bfloat16", "max_model_len": 1024}
 
 
 def main(argv: list[str] | None = None) -> None:

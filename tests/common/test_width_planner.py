@@ -34,6 +34,19 @@ def test_expensive_rows_make_a_plain_ar_step():
     assert planner((1.0, 0.0, 5.0), Shape(extra_forward=True)).plan(KEYS, [8] * 4).tolist() == [0] * 4
 
 
+def test_a_draft_must_beat_the_plain_step_by_a_margin(monkeypatch):
+    """Predictions are noisy and a drafting step holds up the whole batch: drafts that would cut the predicted time
+    per token by less than `MARGIN` (10%) are not forwarded."""
+    widths = {}
+    for per_row in (2.0, 9.0):  # one accepted draft a step: 17% and 5% less time per token than the plain step
+        plan = planner((1.0, per_row, 0.0))
+        accepting(plan, ["a"], [1])
+        widths[per_row] = plan.plan(["a"], [8]).tolist()
+    assert widths == {2.0: [1], 9.0: [0]}
+    monkeypatch.setattr(WidthPlanner, "MARGIN", 0.0)
+    assert plan.plan(["a"], [8]).tolist() == [1]
+
+
 def test_requests_whose_drafts_fail_stop_paying_for_them():
     plan = planner((1.0, 0.05, 0.0))
     accepting(plan, ["good", "bad"], [8, 0])
