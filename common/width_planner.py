@@ -1,6 +1,5 @@
 """Speculation widths chosen per step by load: before each step every request gets the number of drafts to forward
-(0: a plain AR step for it) that maximises the step's expected committed tokens per second, where that beats a plain
-step by a margin.
+(0: a plain AR step for it) that maximises the step's expected committed tokens per second.
 
 Two inputs, both measured in the serving process: what a step costs as a function of its rows (`StepCost`, fitted
 from the engine's own recent step times) and how far each request's drafts get accepted (`AcceptanceTable`, per
@@ -201,7 +200,9 @@ class WidthPlanner:
     """Drafts per request for the next step, up to `max_width` and each request's own limit (see the module)."""
 
     reported = 0.0
-    MARGIN = 0.1
+    # What a plan expects of its drafts, as a share of what the requests' recent steps say: the planner drafts for
+    # the requests whose recent steps went best, which then accept less (measured: docs/adaptive-widths.md).
+    EXPECTED_SHARE = 0.8
 
     def __init__(self, max_width: int, shape: Shape = Shape(), cost: StepCost | None = None,
                  acceptance: AcceptanceTable | None = None) -> None:
@@ -220,7 +221,7 @@ class WidthPlanner:
         limits = torch.as_tensor(limits, dtype=torch.long).clamp(0, self.max_width)
         if not keys:
             return limits
-        gains = self.acceptance.rates(keys).cumprod(1)  # expected extra tokens from each position
+        gains = self.EXPECTED_SHARE * self.acceptance.rates(keys).cumprod(1)  # expected extra tokens per position
         gains = torch.where(torch.arange(self.max_width) < limits[:, None], gains, torch.zeros_like(gains))
         widths = self._uniform(gains) if self.shape.uniform else self._ragged(gains)
         widths = torch.minimum(widths, limits)
@@ -248,7 +249,7 @@ class WidthPlanner:
         rows = batch + torch.cat([zero, marginal[order % width].cumsum(0)])
         extra = (n > 0).double() if self.shape.extra_forward else torch.zeros_like(n)
         seconds = self.cost.predict(rows, extra)
-        best = self._worth_it(seconds / tokens)
+        best = int(torch.argmax(tokens / seconds))  # the first of equal rates: the fewest rows
         return torch.bincount(owners[:best], minlength=batch)
 
     def _uniform(self, gains: torch.Tensor) -> torch.Tensor:
@@ -259,14 +260,8 @@ class WidthPlanner:
         rows = batch * self.shape.rows(w)
         extra = (w > 0).double() if self.shape.extra_forward else torch.zeros(width + 1, dtype=torch.float64)
         seconds = self.cost.predict(rows, extra)
-        best = self._worth_it(seconds / tokens)
+        best = int(torch.argmax(tokens / seconds))
         return torch.full((batch,), best, dtype=torch.long)
-
-    def _worth_it(self, times: torch.Tensor) -> int:
-        """The option of least predicted time per token (the first of equal ones: the fewest rows), or the plain step
-        (option 0) where that one does not beat it by `MARGIN`."""
-        best = int(torch.argmin(times))
-        return best if times[best] <= (1 - self.MARGIN) * times[0] else 0
 
     def observe(self, rows: int, extra_forwards: int, seconds: float) -> dict[str, float] | None:
         """A measured step for the cost model (`StepCost.observe`); `describe()` when a report is due (every

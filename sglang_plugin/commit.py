@@ -131,7 +131,10 @@ class CommitWorker(PluginWorker):
             self.check_reserved(batch, starts + width)
         try:
             with self.adapter(windows, width):
-                logits = self.run_window(batch, tokens, visible, positions, starts, locations)
+                if not scratch and self.plain(batch, windows, starts):  # a plain AR step for every request
+                    logits = self.run_decode(batch, tokens[:, 0])
+                else:
+                    logits = self.run_window(batch, tokens, visible, positions, starts, locations)
         finally:
             if slots is not None:
                 self.token_to_kv_pool_allocator.free(slots.flatten())
@@ -147,6 +150,14 @@ class CommitWorker(PluginWorker):
             if state is not None:
                 state.digested(window)
         return width
+
+    def plain(self, batch: Any, windows: list[Forward | None], starts: torch.Tensor) -> bool:
+        """Whether the step is every request's one causal token, unadapted, right after the KV SGLang counts: SGLang's
+        own decode forward runs it (`decodes_plainly`), as a plain AR step, not a one-row window with a custom mask."""
+        return (self.decodes_plainly and torch.equal(starts, batch.seq_lens.cpu().long())
+                and all(window is None or (window.num_tokens == 1 and window.attention is Attention.CAUSAL
+                                           and window.adapter is None and int(window.positions[0]) == int(start))
+                        for window, start in zip(windows, starts.tolist(), strict=True)))
 
     def adapter(self, windows: list[Forward | None], width: int) -> AbstractContextManager:
         """The draft adapter (`draft_adapter`, loaded onto the served model's modules once) on for the rows of the

@@ -68,13 +68,6 @@ class VerifyWorker(PluginWorker):
         """The mask token a chain may carry (WeDLM-drafted speculation's slots), in no row's history."""
         return getattr(self.config, "mask_token_id", None) if self.mode == "wedlm_spec" else None
 
-    @property
-    def decodes_plainly(self) -> bool:
-        """Whether a step with no drafts may run as SGLang's own decode forward (`run_decode`): only where SGLang
-        captured no decode graphs, since those are captured for our verify window's width and a decode batch, which
-        carries no speculative input, would replay one; elsewhere it runs as a one-row window (eager)."""
-        return self.model_runner.decode_cuda_graph_runner is None
-
     def dropped(self, rid: str) -> None:
         if self.planner is not None:
             self.planner.forget([rid])

@@ -87,6 +87,13 @@ class PluginWorker(BaseSpecWorker):
     def draft_worker(self) -> None:
         return None
 
+    @property
+    def decodes_plainly(self) -> bool:
+        """Whether a step with no drafts may run as SGLang's own decode forward (`run_decode`): only where SGLang
+        captured no decode graphs, since those are captured for our verify window's width and a decode batch, which
+        carries no speculative input, would replay one; elsewhere it runs as a one-row window (eager)."""
+        return self.model_runner.decode_cuda_graph_runner is None
+
     def alloc_memory_pool(self, **_: Any) -> None:
         self.req_to_token_pool, self.token_to_kv_pool_allocator = self._target_worker.get_memory_pool()
 
