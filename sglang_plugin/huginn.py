@@ -43,8 +43,8 @@ class HuginnWorker(PluginWorker):
         if decoder is None:
             limits = Limits(max_tokens=req.sampling_params.max_new_tokens - len(req.output_ids),
                             context=self.model_runner.model_config.context_len - 1)
-            decoder = HuginnDecoder(list(req.origin_input_ids) + list(req.output_ids), sampling_of(req), limits,
-                                    self.config, self.model)
+            prompt = list(req.origin_input_ids) + list(req.output_ids)
+            decoder = HuginnDecoder(prompt, sampling_of(req, adjustments=True), limits, self.config, self.model)
             self.keep(req, decoder)
         return decoder
 

@@ -1,9 +1,10 @@
 """Per-request settings our modes do not apply, refused before a request is queued (SGLang answers 400 with the
 message) instead of being ignored or failing inside the scheduler. `return_logprob` every mode reports
-(`sglang_plugin.logprobs`). Every mode but `huginn` applies min-p (`common.sampling`), the penalties, `logit_bias`
-and `min_new_tokens` (`common.penalties`; both by SGLang's definitions, each row with the tokens before it as its
-history: a chain's drafts, a window's fills) and structured output (`common.grammar`: the verify worker with SGLang's
-grammar objects, the committing decoders with a copy of them each)."""
+(`sglang_plugin.logprobs`). Every mode applies min-p (`common.sampling`), the penalties, `logit_bias` and
+`min_new_tokens` (`common.penalties`; both by SGLang's definitions, each row with the tokens before it as its history:
+a chain's drafts, a window's fills, Huginn's in-flight positions), and every mode but `huginn` structured output
+(`common.grammar`: the verify worker with SGLang's grammar objects, the committing decoders with a copy of them
+each)."""
 
 from typing import Any
 
@@ -16,8 +17,8 @@ NEUTRAL_SAMPLING = {"min_p": 0.0, "frequency_penalty": 0.0, "presence_penalty": 
 # `ebnf_full_assistant` an EBNF grammar, both refused): every field of SGLang's `SamplingParams` is in one of the
 # three sets (`tests/sglang/test_sglang_request_options.py`).
 APPLIED_BY_DECODERS = {"temperature", "top_p", "top_k", "sampling_seed"}
-# What every mode but `huginn` also applies (`sampling_of`: min-p, and with `adjustments=True` the others); `huginn`
-# refuses them.
+# What every mode also applies (`sampling_of`: min-p, and with `adjustments=True` the others; Huginn's samplers
+# through `common.huginn.decoder.HuginnDecoder.adjust`).
 ADJUSTMENTS = {"min_p", "frequency_penalty", "presence_penalty", "repetition_penalty", "logit_bias",
                "min_new_tokens"}
 # Structured output, which every mode but `huginn` applies (`sglang_plugin.verify.constrained` and
@@ -38,14 +39,14 @@ def check_request(manager: Any, obj: Any, *_: Any, **__: Any) -> None:
     from parallel_decoding.sglang_plugin.cli import decode_settings
 
     mode, _ = decode_settings(manager.server_args)
-    applies = method_spec(mode).kind == "step"  # every decoder but Huginn's adjusts its rows and applies a grammar
+    applies = method_spec(mode).kind == "step"  # every decoder but Huginn's applies a grammar
     if getattr(obj, "token_ids_logprob", None):
         raise ValueError(f"token_ids_logprob is not supported with --decode-mode {mode}")
     if obj.custom_logit_processor:
         raise ValueError(f"custom_logit_processor is not supported with --decode-mode {mode}")
     params = obj.sampling_params or {}
     for name, neutral in NEUTRAL_SAMPLING.items():
-        if name in ADJUSTMENTS | GRAMMARS and applies:
+        if (name in ADJUSTMENTS and (applies or mode == "huginn")) or (name in GRAMMARS and applies):
             continue
         value = params.get(name)
         if value is not None and value != neutral and value != {}:

@@ -53,8 +53,8 @@ class HuginnProposer(PluginProposer):
         if req_id not in self.requests:
             request = runner.requests[req_id]
             limits = Limits(max_tokens=request.sampling_params.max_tokens, context=self.max_model_len - 1)
-            decoder = HuginnDecoder(list(request.prompt_token_ids), request_sampling(request.sampling_params),
-                                    limits, self.config, runner.get_model())
+            sampling = request_sampling(request.sampling_params, adjustments=True)
+            decoder = HuginnDecoder(list(request.prompt_token_ids), sampling, limits, self.config, runner.get_model())
             self.requests[req_id] = HuginnRequest(decoder)
         return self.requests[req_id]
 

@@ -3,12 +3,14 @@ replace vLLM's sampler and its logits processors), refused by name before a requ
 raises, the OpenAI server answers 400. Their decoders apply the penalties, `allowed_token_ids` and `min_tokens`
 (`common.penalties`, each slot with the tokens before it as its history), structured output (`common.grammar`,
 xgrammar backend only: the constraint travels to the worker in `extra_args`, out of vLLM's scheduler, which would
-cut a window at its first mask) and `bad_words` (as vLLM tokenizes them, a grammar too: `common.bad_words`), except
-Huginn's; and `logit_bias` and `min_p`, which vLLM refuses with any
+cut a window at its first mask) and `bad_words` (as vLLM tokenizes them, a grammar too: `common.bad_words`); and
+`logit_bias` and `min_p`, which vLLM refuses with any
 speculative method (its rejection sampler does not apply them): they travel in `extra_args` too, past that check
 (`carry_adjustments`). `logprobs` they report
 (`vllm_plugin.logprobs`; `huginn`'s are those of the distribution each token was chosen from), and
-`prompt_logprobs` from their causal prefill (all but `wedlm`).
+`prompt_logprobs` from their causal prefill (all but `wedlm`). Huginn's samplers apply the penalties,
+`allowed_token_ids`, `min_tokens`, `logit_bias` and `min_p` (each in-flight position with the tokens before it as its
+history) and refuse structured output and `bad_words`.
 
 The lossless methods are verified by vLLM's own rejection sampler, which applies them to the target, but for
 `logit_bias` and `min_p`: those are carried past vLLM's check as well, and applied to the target's logits before the
@@ -30,9 +32,10 @@ NEUTRAL = {"presence_penalty": 0.0, "frequency_penalty": 0.0, "repetition_penalt
            "trace_decode_token_ids": None}
 # What they report all the same.
 REPORTED = {"logprobs", "prompt_logprobs"}
-# What the step methods' decoders apply (`common.penalties`, `common.grammar`); Huginn's sampler does not.
+# What the step methods' decoders apply (`common.penalties`, `common.grammar`); Huginn's samplers all but the grammars.
 ADJUSTMENTS = {"presence_penalty", "frequency_penalty", "repetition_penalty", "allowed_token_ids", "min_tokens",
                "structured_outputs", "logit_bias", "min_p", "bad_words"}
+GRAMMARS = {"structured_outputs", "bad_words"}
 # Where a committing method's request carries its constraint to the worker: [option name, spec].
 GRAMMAR_KEY = "parallel_decoding_grammar"
 # Where it carries what vLLM refuses with speculation: {"logit_bias": [[token, bias], ...], "min_p": p}.
@@ -56,11 +59,10 @@ def check(method: str, params: Any, committing: bool) -> None:
 
     if not committing:
         return
-    adjusts = method_spec(method).kind == "step"
     for name, neutral in NEUTRAL.items():
         if name in REPORTED and not (name == "prompt_logprobs" and method == "wedlm"):
             continue
-        if name in ADJUSTMENTS and adjusts:
+        if name in applied(method):
             continue
         value = getattr(params, name, neutral)
         if neutral is None:  # set when present and not empty (a dict, a list or an array of token ids)
@@ -70,6 +72,13 @@ def check(method: str, params: Any, committing: bool) -> None:
         if on:
             raise VLLMValidationError(f"{name} is not applied with speculative method {method}: leave it unset "
                                       f"or {neutral!r}, got {value!r}", parameter=name, value=value)
+
+
+def applied(method: str) -> set[str]:
+    """The options of `ADJUSTMENTS` a committing method's decoder applies: all (the step methods), all but the
+    grammars (Huginn's samplers, `common.huginn.decoder.HuginnDecoder.adjust`), none (others)."""
+    kind = method_spec(method).kind
+    return ADJUSTMENTS if kind == "step" else ADJUSTMENTS - GRAMMARS if method == "huginn" else set()
 
 
 def carry_adjustments(params: Any, vocab_size: int, lossless: bool = False) -> None:
@@ -146,7 +155,7 @@ def install() -> None:
         ours = (self.vllm_config.additional_config or {}).get(ADDITIONAL_CONFIG_KEY)
         if ours is not None and hasattr(params, "logprobs"):
             check(ours["method"], params, ours["committing"])
-            if not ours["committing"] or method_spec(ours["method"]).kind == "step":
+            if not ours["committing"] or "logit_bias" in applied(ours["method"]):
                 carry_adjustments(params, self.model_config.get_vocab_size(), lossless=not ours["committing"])
         return validate(self, params, *args, **kwargs)
 

@@ -11,7 +11,9 @@ from parallel_decoding.common.decoder import Limits
 from parallel_decoding.common.huginn.config import GREEDY_LATENT_SEED, HuginnConfig
 from parallel_decoding.common.huginn.forward import RecurrentForward, RecurrentOutput, initial_latents
 from parallel_decoding.common.models.raven import RavenForCausalLM
+from parallel_decoding.common.penalties import adjusted
 from parallel_decoding.common.sampling import SamplingParams, choose, target_probs
+from parallel_decoding.common.window import causal_forward
 
 
 @dataclass
@@ -122,10 +124,10 @@ class HuginnDecoder(margins.DecisionMargins):
         config = self.config
         if not self.output:
             self.cache_len = len(self.prompt)
-            return self.chosen_from(self.commit([self.choose(out.logits[-1:])[0]]), len(out.logits) - 1)
+            return self.chosen_from(self.commit([self.choose(self.adjust(out.logits[-1:]))[0]]), len(out.logits) - 1)
         if config.sampler == "ar":
             self.cache_len += 1
-            committed = self.commit(self.choose(out.logits))
+            committed = self.commit(self.choose(self.adjust(out.logits)))
         elif config.sampler == "adaptive":
             committed = self.apply_adaptive(out)
         elif config.sampler == "speculative":
@@ -145,7 +147,17 @@ class HuginnDecoder(margins.DecisionMargins):
         token from the recompute's last row, and the in-flight positions started afresh."""
         self.rows, self.drafts, self.draft_probs, self.wave_steps = [], [], [], 0
         self.cache_len = len(self.tokens)
-        return self.chosen_from(self.commit(self.choose(logits[-1:])), len(logits) - 1)
+        return self.chosen_from(self.commit(self.choose(self.adjust(logits[-1:]))), len(logits) - 1)
+
+    def adjust(self, logits: torch.Tensor, inputs: list[int] = (), rows: list[int] | None = None) -> torch.Tensor:
+        """`logits`, rows of a forward whose input is the last committed token then `inputs` (in-flight or draft
+        tokens), at `rows` of it (default: every one), with the request's penalties, bias, allowed tokens and minimum
+        length (`common.penalties`): a row's history is the committed tokens and the inputs up to its own."""
+        if not self.sampling.adjusts_logits:
+            return logits
+        tokens = [self.tokens[-1], *inputs]
+        forward = causal_forward(tokens, len(self.tokens) - 1, list(range(len(tokens))) if rows is None else rows)
+        return adjusted(logits, self.sampling, self.prompt, self.output, forward)
 
     def choose(self, logits: torch.Tensor) -> list[int]:
         """A token from each row, noting the slack of greedy choices."""
@@ -168,13 +180,13 @@ class HuginnDecoder(margins.DecisionMargins):
             return []
         self.rows = []
         self.cache_len += 1
-        return self.commit(self.choose(out.logits))
+        return self.commit(self.choose(self.adjust(out.logits)))
 
     def apply_speculative(self, forward: RecurrentForward, out: RecurrentOutput) -> list[int]:
         config = self.config
         room = min(config.lookahead_for_draft, self.limits.max_tokens - len(self.output) - 1)
         if len(self.drafts) < room:
-            logits = out.logits[-1:]
+            logits = self.adjust(out.logits[-1:], self.drafts, [len(self.drafts)])
             if self.sampling.greedy:
                 self.drafts.append(self.choose(logits)[0])
             else:
@@ -184,9 +196,10 @@ class HuginnDecoder(margins.DecisionMargins):
             return []
         drafts = torch.tensor(self.drafts, dtype=torch.long)
         probs = torch.stack(self.draft_probs) if self.draft_probs else None
-        committed = verify(drafts, out.logits, self.sampling, self.generator, probs)
+        logits = self.adjust(out.logits, self.drafts)
+        committed = verify(drafts, logits, self.sampling, self.generator, probs)
         if self.sampling.greedy:
-            self.note_margin(margins.top2(out.logits[: len(committed)]))
+            self.note_margin(margins.top2(logits[: len(committed)]))
         self.drafts, self.draft_probs = [], []
         self.cache_len += len(committed)
         return self.commit(committed)
@@ -196,7 +209,7 @@ class HuginnDecoder(margins.DecisionMargins):
         next row's input, a row enters at the end (up to `max_wavefront`), and the rows up to the last one that
         passed the freeze test freeze; what they commit is `frozen_token`'s (see `frozen_rows`)."""
         config = self.config
-        predicted = self.choose(out.logits)
+        predicted = self.choose(self.adjust(out.logits, [row.token for row in self.rows[1:]]))
         changes = []
         for i, row in enumerate(self.rows):
             changes.append(relative_change(out.latents[i], row.latent))

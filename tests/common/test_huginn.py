@@ -65,6 +65,39 @@ def test_wavefront_equals_upstreams_layout(raven, prompts, settings):
         assert got == naive_wavefront.wavefront(raven, prompt, config, MAX_TOKENS)
 
 
+@pytest.mark.parametrize("settings", [WAVEFRONTS["latent-diff"], WAVEFRONTS["token-stability"]],
+                         ids=["latent-diff", "token-stability"])
+def test_wavefront_penalises_each_position_for_the_tokens_before_it(raven, prompts, settings):
+    """Under a repetition penalty each in-flight position's prediction is penalised for the committed tokens and
+    the guesses before it, as upstream's layout with the penalty written in; the penalty changes the output."""
+    config = HuginnConfig(sampler="wavefront", num_steps=R, **settings)
+    changed = 0
+    for prompt in prompts:
+        got = generate(raven, prompt, config, SamplingParams(repetition_penalty=3.0), Limits(MAX_TOKENS)).token_ids
+        assert got == naive_wavefront.wavefront(raven, prompt, config, MAX_TOKENS, repetition_penalty=3.0)
+        changed += got != naive_wavefront.wavefront(raven, prompt, config, MAX_TOKENS)
+    assert changed
+
+
+@pytest.mark.parametrize("sampler", ["ar", "adaptive", "speculative"])
+def test_samplers_apply_bias_penalties_and_allowed_tokens(raven, prompts, sampler):
+    """A bias banning each output's most frequent token removes it, and a penalty changes the outputs
+    (`speculative`: still AR's tokens under the same adjustments, lossless)."""
+    config = HuginnConfig(sampler=sampler, num_steps=R, **({"exit_threshold": 0.05} if sampler == "adaptive" else {}))
+    plain = outputs(raven, prompts, config, SamplingParams())
+    for prompt, tokens in zip(prompts, plain, strict=True):
+        banned = max(set(tokens), key=tokens.count)
+        got = outputs(raven, [prompt], config, SamplingParams(logit_bias=((banned, -100.0),)))[0]
+        assert banned not in got
+        allowed = tuple(sorted(set(tokens) - {banned})) or (banned ^ 1,)
+        assert set(outputs(raven, [prompt], config, SamplingParams(allowed_token_ids=allowed))[0]) <= set(allowed)
+    penalised = outputs(raven, prompts, config, SamplingParams(repetition_penalty=3.0, frequency_penalty=1.0))
+    assert penalised != plain
+    if sampler == "speculative":
+        ar = HuginnConfig(sampler="ar", num_steps=R)
+        assert penalised == outputs(raven, prompts, ar, SamplingParams(repetition_penalty=3.0, frequency_penalty=1.0))
+
+
 def scripted_step(raven, config: HuginnConfig, changes: list[float], decoder: HuginnDecoder | None = None
                   ) -> tuple[HuginnDecoder, list[int]]:
     """One wavefront step whose rows' latents change by `changes` (relative) and whose predictions are 20, 21, ...

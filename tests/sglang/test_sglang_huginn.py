@@ -28,6 +28,9 @@ from tests.support.sglang_client import generate as complete
 MAX_TOKENS = 24
 SEED = 11
 TRAINED = Path(__file__).resolve().parents[2] / "scripts" / "trained" / "raven"
+# What the requests that ask for no logprobs adjust: Huginn's samplers apply these to each position with the tokens
+# before it as its history, by SGLang's definitions.
+ADJUSTED = {"repetition_penalty": 2.0, "frequency_penalty": 0.5, "min_p": 0.1, "logit_bias": {7: -3.0}}
 
 
 # Sampled, the trained Raven's wavefront hardly converges (thousands of steps a request): past
@@ -38,19 +41,26 @@ TRAINED = Path(__file__).resolve().parents[2] / "scripts" / "trained" / "raven"
                          ids=["ar", "adaptive", "wavefront"])
 def test_samplers_equal_the_reference(engine_dir, prompts, cpu_engine_env, settings):
     """Tokens, and for every other request the logprobs of the rows that chose them (the wavefront on the trained
-    Raven, whose converged positions freeze several per step)."""
+    Raven, whose converged positions freeze several per step); the others with the penalties, a bias and min-p,
+    which change their tokens."""
     model_dir = TRAINED if settings["sampler"] == "wavefront" else engine_dir["raven"]
     ids = [AutoTokenizer.from_pretrained(model_dir).encode(p)[:12] for p in prompts[:4]]
     model, config = RavenForCausalLM.from_pretrained(model_dir), HuginnConfig(**settings)
     requests = [(p, t, SEED + i) for t in (0.0, 1.0) for i, p in enumerate(ids)]
-    want = [generate(model, p, config, SamplingParams(temperature=t, seed=s), Limits(MAX_TOKENS))
-            for p, t, s in requests]
     asked = [i % 2 == 1 for i in range(len(requests))]  # the second prompt freezes two positions at once
+    adjusting = [{} if asks else ADJUSTED for asks in asked]
+    adjust = [{**a, "logit_bias": tuple(a["logit_bias"].items()), "rules": "sglang"} if a else {} for a in adjusting]
+    want = [generate(model, p, config, SamplingParams(temperature=t, seed=s, **a), Limits(MAX_TOKENS))
+            for (p, t, s), a in zip(requests, adjust, strict=True)]
+    unadjusted = [generate(model, p, config, SamplingParams(temperature=t, seed=s), Limits(MAX_TOKENS))
+                  for (p, t, s), asks in zip(requests, asked, strict=True) if not asks]
+    assert [r.token_ids for r in unadjusted] != [r.token_ids for r, asks in zip(want, asked, strict=True) if not asks]
     engine = sglang.Engine(model_path=str(model_dir), decode_mode="huginn", decode_config=settings, **CPU_KWARGS)
     try:
         got = engine.generate(input_ids=[p for p, _, _ in requests], sampling_params=[
-            {"temperature": t, "sampling_seed": s, "max_new_tokens": MAX_TOKENS, "ignore_eos": True}
-            for _, t, s in requests], return_logprob=asked)
+            {"temperature": t, "sampling_seed": s, "max_new_tokens": MAX_TOKENS, "ignore_eos": True,
+             **{k: ({str(t): b for t, b in v.items()} if k == "logit_bias" else v) for k, v in a.items()}}
+            for (_, t, s), a in zip(requests, adjusting, strict=True)], return_logprob=asked)
     finally:
         engine.shutdown()
     assert [out["output_ids"] for out in got] == [r.token_ids for r in want]

@@ -22,26 +22,39 @@ def relative(new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
 @torch.inference_mode()
 def run(model, cache: KVCache, ids: list[int], start: int, states: torch.Tensor, inner: int,
         previous: torch.Tensor | None, ema: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One forward of `inner` recurrences: (argmax tokens, latents, the mixed input embeddings)."""
+    """One forward of `inner` recurrences: (logits, latents, the mixed input embeddings)."""
     positions = torch.arange(start, start + len(ids))
     e = model.embed(torch.tensor(ids), positions, cache)
     if previous is not None and ema > 0:
         e = e + ema * (previous.to(e) - e)
     z = model.recur_rows(states.to(e), e, positions, cache, torch.full((len(ids),), inner), 0)
     logits = model.lm_head(model.hidden(z, positions, cache)).float()
-    return logits.argmax(-1), z, e
+    return logits, z, e
 
 
-def wavefront(model, prompt: list[int], config, max_tokens: int) -> list[int]:
+def penalised(logits: torch.Tensor, seen: list[list[int]], penalty: float) -> torch.Tensor:
+    """vLLM's repetition penalty on each row over the tokens it has seen (positive logits divided, others
+    multiplied)."""
+    logits = logits.clone()
+    for row, tokens in enumerate(seen):
+        index = torch.tensor(sorted(set(tokens)))
+        values = logits[row, index]
+        logits[row, index] = torch.where(values > 0, values / penalty, values * penalty)
+    return logits
+
+
+def wavefront(model, prompt: list[int], config, max_tokens: int, repetition_penalty: float = 1.0) -> list[int]:
     """The greedy tokens of `config` (a `common.huginn.config.HuginnConfig` with the `wavefront` sampler) after
-    `prompt`, with latents drawn from seed 0 as a greedy request without a seed draws them."""
+    `prompt`, with latents drawn from seed 0 as a greedy request without a seed draws them; under vLLM's
+    `repetition_penalty`, each position's prediction penalised for the tokens up to its own (prompt, frozen tokens,
+    the guesses before it)."""
     seed, scale, inner = 0, config.init_scale, config.inner_recurrence
     noise = torch.Generator().manual_seed(seed)
     cache = KVCache(config.cache_lookup_strategy)
     p = len(prompt)
     initial = torch.stack([latent(model, seed, i, scale) for i in range(p)])
     first, _, _ = run(model, cache, prompt, 0, initial, config.num_steps, None, 0.0)
-    frozen = [*prompt, int(first[-1])]
+    frozen = [*prompt, int(penalised(first[-1:], [prompt], repetition_penalty).argmax())]
     sequence = list(frozen)
     counter = {i: config.num_steps for i in range(p + 1)}  # recurrences per position, the prefill's included
     stable: dict[int, int] = {}
@@ -60,9 +73,10 @@ def wavefront(model, prompt: list[int], config, max_tokens: int) -> list[int]:
                                    else (1 - beta) * states[i] + beta * z)
         if embeds is not None and embeds.shape[0] < n:  # a position new last step: its embedding times 1 - ema
             embeds = torch.cat([embeds, torch.zeros(n - embeds.shape[0], embeds.shape[1], dtype=embeds.dtype)])
-        tokens, z, e = run(model, cache, sequence[start : start + n], start, mixed_states, inner, embeds,
+        logits, z, e = run(model, cache, sequence[start : start + n], start, mixed_states, inner, embeds,
                            config.ema_embeds)
-        tokens = tokens.tolist()
+        seen = [sequence[: start + i + 1] for i in range(n)]
+        tokens = penalised(logits, seen, repetition_penalty).argmax(-1).tolist()
         for i in range(n):
             counter[start + i] += inner
         for i in range(1, n):

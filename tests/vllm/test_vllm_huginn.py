@@ -33,20 +33,29 @@ def token_prompts(model_dir: Path, texts: list[str]) -> list[list[int]]:
     return [tokenizer.encode(text)[:12] for text in texts]
 
 
-def reference(model_dir: Path, prompts: list[list[int]], settings: dict, temperatures: tuple[float, ...]
-              ) -> list:
+# What every other request adjusts under `adjusted` (the ones that ask for no logprobs): the penalties, a bias and
+# min-p, which Huginn's samplers apply to each position with the tokens before it as its history.
+ADJUSTED = {"repetition_penalty": 2.0, "frequency_penalty": 0.5, "min_p": 0.1, "logit_bias": {7: -3.0}}
+
+
+def reference(model_dir: Path, prompts: list[list[int]], settings: dict, temperatures: tuple[float, ...],
+              adjusted: bool = False) -> list:
     model = RavenForCausalLM.from_pretrained(model_dir)
     config = HuginnConfig(**settings)
-    return [generate(model, p, config, ReferenceSampling(temperature=t, seed=SEED + i), Limits(MAX_TOKENS))
+    adjust = {**ADJUSTED, "logit_bias": tuple(ADJUSTED["logit_bias"].items())}
+    return [generate(model, p, config, ReferenceSampling(temperature=t, seed=SEED + i,
+                                                         **(adjust if adjusted and i % 2 else {})), Limits(MAX_TOKENS))
             for t in temperatures for i, p in enumerate(prompts)]
 
 
-def served(model_dir: Path, prompts: list[list[int]], settings: dict, temperatures: tuple[float, ...], **kwargs
-           ) -> tuple[list, int, dict[str, int]]:
-    """Every prompt at every temperature in one batch, every other request asking for logprobs: its outputs, the
-    core passes the engine ran, and the proposer's per-request tables after the batch."""
+def served(model_dir: Path, prompts: list[list[int]], settings: dict, temperatures: tuple[float, ...],
+           adjusted: bool = False, **kwargs) -> tuple[list, int, dict[str, int]]:
+    """Every prompt at every temperature in one batch, every other request asking for logprobs (the others
+    `ADJUSTED` where `adjusted`): its outputs, the core passes the engine ran, and the proposer's per-request tables
+    after the batch."""
     params = [SamplingParams(temperature=t, seed=SEED + i, max_tokens=MAX_TOKENS, ignore_eos=True, detokenize=False,
-                             logprobs=2 if i % 2 == 0 else None, prompt_logprobs=1 if i == 0 else None)
+                             logprobs=2 if i % 2 == 0 else None, prompt_logprobs=1 if i == 0 else None,
+                             **(ADJUSTED if adjusted and i % 2 else {}))
               for t in temperatures for i in range(len(prompts))]
     with engine(model_dir, {"method": "huginn", **settings}, skip_tokenizer_init=True, **kwargs) as llm:
         runner = llm.llm_engine.model_executor.driver_worker.worker.model_runner
@@ -64,12 +73,16 @@ def served(model_dir: Path, prompts: list[list[int]], settings: dict, temperatur
                                        "max_diffusion_steps": 32}],
                          ids=["ar", "adaptive", "wavefront"])
 def test_samplers_equal_the_reference(engine_dir, prompts, settings):
+    """Tokens, the logprobs of the rows that chose them, and the prompt's, greedy and sampled, with the penalties,
+    a bias and min-p on every other request."""
     model_dir = engine_dir["raven"]
     ids = token_prompts(model_dir, prompts[:4])
-    want = reference(model_dir, ids, settings, (0.0, 1.0))
-    outputs, _, entries = served(model_dir, ids, settings, (0.0, 1.0))
+    want = reference(model_dir, ids, settings, (0.0, 1.0), adjusted=True)
+    outputs, _, entries = served(model_dir, ids, settings, (0.0, 1.0), adjusted=True)
     got = [o.outputs[0] for o in outputs]
     assert [list(o.token_ids) for o in got] == [r.token_ids for r in want]
+    unadjusted = reference(model_dir, ids, settings, (0.0, 1.0))
+    assert [r.token_ids for r in want[1::2]] != [r.token_ids for r in unadjusted[1::2]]  # the adjustments bite
     assert sum(entries.values()) == 0
     for i, (out, ref) in enumerate(zip(got, want, strict=True)):  # the rows that chose each token
         if i % len(ids) % 2:
