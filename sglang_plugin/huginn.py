@@ -21,6 +21,7 @@ import torch
 from parallel_decoding.common.decoder import Limits
 from parallel_decoding.common.huginn.decoder import HuginnDecoder
 from parallel_decoding.common.huginn.forward import RecurrentForward, RecurrentOutput, RecurrentRows
+from parallel_decoding.sglang_plugin.commit import own_grammar
 from parallel_decoding.sglang_plugin.logprobs import MISSING, Entry, asked, entries
 from parallel_decoding.sglang_plugin.worker import PluginWorker, sampling_of
 
@@ -44,7 +45,8 @@ class HuginnWorker(PluginWorker):
             limits = Limits(max_tokens=req.sampling_params.max_new_tokens - len(req.output_ids),
                             context=self.model_runner.model_config.context_len - 1)
             prompt = list(req.origin_input_ids) + list(req.output_ids)
-            decoder = HuginnDecoder(prompt, sampling_of(req, adjustments=True), limits, self.config, self.model)
+            decoder = HuginnDecoder(prompt, sampling_of(req, adjustments=True), limits, self.config, self.model,
+                                    grammar=own_grammar(req))
             self.keep(req, decoder)
         return decoder
 

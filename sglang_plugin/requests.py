@@ -2,9 +2,8 @@
 message) instead of being ignored or failing inside the scheduler. `return_logprob` every mode reports
 (`sglang_plugin.logprobs`). Every mode applies min-p (`common.sampling`), the penalties, `logit_bias` and
 `min_new_tokens` (`common.penalties`; both by SGLang's definitions, each row with the tokens before it as its history:
-a chain's drafts, a window's fills, Huginn's in-flight positions), and every mode but `huginn` structured output
-(`common.grammar`: the verify worker with SGLang's grammar objects, the committing decoders with a copy of them
-each)."""
+a chain's drafts, a window's fills, Huginn's in-flight positions), and structured output (`common.grammar`: the
+verify worker with SGLang's grammar objects, the committing decoders and Huginn's with a copy of them each)."""
 
 from typing import Any
 
@@ -21,7 +20,7 @@ APPLIED_BY_DECODERS = {"temperature", "top_p", "top_k", "sampling_seed"}
 # through `common.huginn.decoder.HuginnDecoder.adjust`).
 ADJUSTMENTS = {"min_p", "frequency_penalty", "presence_penalty", "repetition_penalty", "logit_bias",
                "min_new_tokens"}
-# Structured output, which every mode but `huginn` applies (`sglang_plugin.verify.constrained` and
+# Structured output, which every mode applies (`sglang_plugin.verify.constrained` and
 # `sglang_plugin.commit.own_grammar`, over SGLang's own grammar objects).
 GRAMMARS = {"json_schema", "regex", "ebnf", "structural_tag"}
 APPLIED_BY_SGLANG = {"max_new_tokens", "stop", "stop_token_ids", "stop_regex", "n", "ignore_eos", "skip_special_tokens",
@@ -35,18 +34,16 @@ def check_request(manager: Any, obj: Any, *_: Any, **__: Any) -> None:
     settings = getattr(manager.server_args, "_decode_settings", None)
     if settings is None or not hasattr(obj, "return_logprob"):
         return
-    from parallel_decoding.common.methods import method_spec
     from parallel_decoding.sglang_plugin.cli import decode_settings
 
     mode, _ = decode_settings(manager.server_args)
-    applies = method_spec(mode).kind == "step"  # every decoder but Huginn's applies a grammar
     if getattr(obj, "token_ids_logprob", None):
         raise ValueError(f"token_ids_logprob is not supported with --decode-mode {mode}")
     if obj.custom_logit_processor:
         raise ValueError(f"custom_logit_processor is not supported with --decode-mode {mode}")
     params = obj.sampling_params or {}
     for name, neutral in NEUTRAL_SAMPLING.items():
-        if (name in ADJUSTMENTS and (applies or mode == "huginn")) or (name in GRAMMARS and applies):
+        if name in ADJUSTMENTS | GRAMMARS:
             continue
         value = params.get(name)
         if value is not None and value != neutral and value != {}:

@@ -6,7 +6,8 @@ forward, the rows' latents, recurrence counts and mixed embeddings go to the mod
 the decoder digests the rows' logits, latents and embeddings in place of vLLM's sampler and the positions it
 freezes are the step's output, their KV kept (`CommitScheduler` rolls back the rest, and a step that freezes
 nothing commits nothing). Latents live in the decoders, dropped when vLLM finishes or aborts a request. `logprobs`
-are read from the rows each token was chosen from (`HuginnDecoder.picked`).
+are read from the rows each token was chosen from (`HuginnDecoder.picked`). A request's structured output and bad
+words are its decoder's grammar (`vllm_plugin.grammars`), masking each row after the tokens before it.
 
 A step the decoder did not plan (a prompt or a prompt chunk, a preempted request's recompute, part of a window
 under vLLM's token budget) runs `num_steps` recurrences from the rows' initial latents and commits nothing but a
@@ -21,6 +22,7 @@ import torch
 from parallel_decoding.common.decoder import Limits
 from parallel_decoding.common.huginn.decoder import HuginnDecoder
 from parallel_decoding.common.huginn.forward import RecurrentForward, RecurrentOutput, RecurrentRows
+from parallel_decoding.vllm_plugin.grammars import Grammars
 from parallel_decoding.vllm_plugin.logprobs import logprobs_tensors, processed
 from parallel_decoding.vllm_plugin.proposer import PluginProposer, request_sampling
 
@@ -48,13 +50,15 @@ class HuginnProposer(PluginProposer):
         self.requests: dict[str, HuginnRequest]
         self.max_model_len: int = vllm_config.model_config.max_model_len
         self.staged: list[StagedRow] = []
+        self.grammars = Grammars(vllm_config)
 
     def state(self, runner: Any, req_id: str) -> HuginnRequest:
         if req_id not in self.requests:
             request = runner.requests[req_id]
             limits = Limits(max_tokens=request.sampling_params.max_tokens, context=self.max_model_len - 1)
             sampling = request_sampling(request.sampling_params, adjustments=True)
-            decoder = HuginnDecoder(list(request.prompt_token_ids), sampling, limits, self.config, runner.get_model())
+            decoder = HuginnDecoder(list(request.prompt_token_ids), sampling, limits, self.config, runner.get_model(),
+                                    grammar=self.grammars.grammar(request.sampling_params))
             self.requests[req_id] = HuginnRequest(decoder)
         return self.requests[req_id]
 

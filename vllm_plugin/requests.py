@@ -8,9 +8,8 @@ cut a window at its first mask) and `bad_words` (as vLLM tokenizes them, a gramm
 speculative method (its rejection sampler does not apply them): they travel in `extra_args` too, past that check
 (`carry_adjustments`). `logprobs` they report
 (`vllm_plugin.logprobs`; `huginn`'s are those of the distribution each token was chosen from), and
-`prompt_logprobs` from their causal prefill (all but `wedlm`). Huginn's samplers apply the penalties,
-`allowed_token_ids`, `min_tokens`, `logit_bias` and `min_p` (each in-flight position with the tokens before it as its
-history) and refuse structured output and `bad_words`.
+`prompt_logprobs` from their causal prefill (all but `wedlm`). Huginn's samplers apply the same options, each
+in-flight position with the tokens before it as its history.
 
 The lossless methods are verified by vLLM's own rejection sampler, which applies them to the target, but for
 `logit_bias` and `min_p`: those are carried past vLLM's check as well, and applied to the target's logits before the
@@ -21,7 +20,6 @@ they would be read from the adjusted logits). Every field of
 import functools
 from typing import Any
 
-from parallel_decoding.common.methods import method_spec
 from parallel_decoding.vllm_plugin.config import ADDITIONAL_CONFIG_KEY
 
 # vLLM sampling parameters the committing methods do not all apply, with the value that leaves them off.
@@ -32,10 +30,9 @@ NEUTRAL = {"presence_penalty": 0.0, "frequency_penalty": 0.0, "repetition_penalt
            "trace_decode_token_ids": None}
 # What they report all the same.
 REPORTED = {"logprobs", "prompt_logprobs"}
-# What the step methods' decoders apply (`common.penalties`, `common.grammar`); Huginn's samplers all but the grammars.
+# What the step methods' and Huginn's decoders apply (`common.penalties`, `common.grammar`).
 ADJUSTMENTS = {"presence_penalty", "frequency_penalty", "repetition_penalty", "allowed_token_ids", "min_tokens",
                "structured_outputs", "logit_bias", "min_p", "bad_words"}
-GRAMMARS = {"structured_outputs", "bad_words"}
 # Where a committing method's request carries its constraint to the worker: [option name, spec].
 GRAMMAR_KEY = "parallel_decoding_grammar"
 # Where it carries what vLLM refuses with speculation: {"logit_bias": [[token, bias], ...], "min_p": p}.
@@ -62,7 +59,7 @@ def check(method: str, params: Any, committing: bool) -> None:
     for name, neutral in NEUTRAL.items():
         if name in REPORTED and not (name == "prompt_logprobs" and method == "wedlm"):
             continue
-        if name in applied(method):
+        if name in ADJUSTMENTS:
             continue
         value = getattr(params, name, neutral)
         if neutral is None:  # set when present and not empty (a dict, a list or an array of token ids)
@@ -72,13 +69,6 @@ def check(method: str, params: Any, committing: bool) -> None:
         if on:
             raise VLLMValidationError(f"{name} is not applied with speculative method {method}: leave it unset "
                                       f"or {neutral!r}, got {value!r}", parameter=name, value=value)
-
-
-def applied(method: str) -> set[str]:
-    """The options of `ADJUSTMENTS` a committing method's decoder applies: all (the step methods), all but the
-    grammars (Huginn's samplers, `common.huginn.decoder.HuginnDecoder.adjust`), none (others)."""
-    kind = method_spec(method).kind
-    return ADJUSTMENTS if kind == "step" else ADJUSTMENTS - GRAMMARS if method == "huginn" else set()
 
 
 def carry_adjustments(params: Any, vocab_size: int, lossless: bool = False) -> None:
@@ -155,8 +145,7 @@ def install() -> None:
         ours = (self.vllm_config.additional_config or {}).get(ADDITIONAL_CONFIG_KEY)
         if ours is not None and hasattr(params, "logprobs"):
             check(ours["method"], params, ours["committing"])
-            if not ours["committing"] or "logit_bias" in applied(ours["method"]):
-                carry_adjustments(params, self.model_config.get_vocab_size(), lossless=not ours["committing"])
+            carry_adjustments(params, self.model_config.get_vocab_size(), lossless=not ours["committing"])
         return validate(self, params, *args, **kwargs)
 
     @functools.wraps(process)

@@ -8,6 +8,7 @@ import torch
 from parallel_decoding.common import margins
 from parallel_decoding.common.acceptance import verify
 from parallel_decoding.common.decoder import Limits
+from parallel_decoding.common.grammar import Grammar, accepts, masked, valid_prefix
 from parallel_decoding.common.huginn.config import GREEDY_LATENT_SEED, HuginnConfig
 from parallel_decoding.common.huginn.forward import RecurrentForward, RecurrentOutput, initial_latents
 from parallel_decoding.common.models.raven import RavenForCausalLM
@@ -47,6 +48,7 @@ class HuginnDecoder(margins.DecisionMargins):
     picked: list[int] = field(default_factory=list)  # the last forward's logit rows its last commits were chosen from
     wave_steps: int = 0  # wavefront steps since the prefill (or a recompute)
     margins: list[float] = field(default_factory=list)
+    grammar: Grammar | None = None  # structured output (`common.grammar`), advanced over what is committed
 
     def __post_init__(self) -> None:
         seed = GREEDY_LATENT_SEED if self.sampling.seed is None and self.sampling.greedy else self.sampling.seed
@@ -69,9 +71,13 @@ class HuginnDecoder(margins.DecisionMargins):
         return initial_latents(self.model, self.latent_seed, start, count, self.config.init_scale)
 
     def commit(self, tokens: list[int]) -> list[int]:
+        """Append tokens up to the limits, advancing the grammar over them (every row is masked by it, so it rejects
+        none: the wavefront commits only the leading guesses it accepts, `valid_prefix`)."""
         kept = []
         for token in tokens:
             if self.finished:
+                break
+            if self.grammar is not None and not self.grammar.is_terminated() and not accepts(self.grammar, token):
                 break
             self.output.append(token)
             kept.append(token)
@@ -153,11 +159,13 @@ class HuginnDecoder(margins.DecisionMargins):
         """`logits`, rows of a forward whose input is the last committed token then `inputs` (in-flight or draft
         tokens), at `rows` of it (default: every one), with the request's penalties, bias, allowed tokens and minimum
         length (`common.penalties`): a row's history is the committed tokens and the inputs up to its own."""
-        if not self.sampling.adjusts_logits:
+        if not self.sampling.adjusts_logits and self.grammar is None:
             return logits
         tokens = [self.tokens[-1], *inputs]
         forward = causal_forward(tokens, len(self.tokens) - 1, list(range(len(tokens))) if rows is None else rows)
-        return adjusted(logits, self.sampling, self.prompt, self.output, forward)
+        if self.sampling.adjusts_logits:
+            logits = adjusted(logits, self.sampling, self.prompt, self.output, forward)
+        return logits if self.grammar is None else masked(logits, self.grammar, forward, len(self.tokens), None)
 
     def choose(self, logits: torch.Tensor) -> list[int]:
         """A token from each row, noting the slack of greedy choices."""
@@ -219,6 +227,8 @@ class HuginnDecoder(margins.DecisionMargins):
                 row.stable += predicted[i - 1] == row.token
                 row.token = predicted[i - 1]
         frozen = self.frozen_rows(changes)
+        if self.grammar is not None and frozen:  # each guess was masked after the guesses it saw, not the new ones
+            frozen = valid_prefix(self.grammar, predicted[:frozen])
         # the last position that can commit: its input token (upstream's rule) or its prediction is the last token
         last_input = len(self.prompt) + self.limits.max_tokens - (1 if config.frozen_token == "input" else 2)
         if self.limits.context is not None:

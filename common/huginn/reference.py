@@ -5,6 +5,7 @@ from dataclasses import dataclass
 import torch
 
 from parallel_decoding.common.decoder import Limits
+from parallel_decoding.common.grammar import Grammar
 from parallel_decoding.common.huginn.config import HuginnConfig
 from parallel_decoding.common.huginn.decoder import HuginnDecoder
 from parallel_decoding.common.huginn.forward import run_forward
@@ -30,9 +31,10 @@ class HuginnResult:
 
 
 def generate(model: RavenForCausalLM, prompt: list[int], config: HuginnConfig,
-             sampling: SamplingParams | None = None, limits: Limits | None = None) -> HuginnResult:
-    """Run one request to the end on a fresh cache (the reference runner)."""
-    decoder = HuginnDecoder(prompt, sampling or SamplingParams(), limits or Limits(), config, model)
+             sampling: SamplingParams | None = None, limits: Limits | None = None,
+             grammar: Grammar | None = None) -> HuginnResult:
+    """Run one request to the end on a fresh cache (the reference runner), under `grammar` where given."""
+    decoder = HuginnDecoder(prompt, sampling or SamplingParams(), limits or Limits(), config, model, grammar=grammar)
     cache = KVCache(config.cache_lookup_strategy)
     logprobs: list[float] = []
     with torch.inference_mode():

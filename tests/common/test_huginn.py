@@ -8,12 +8,14 @@ the published config's shapes, and settings of another sampler (or upstream keyw
 import itertools
 import random
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
 
 from parallel_decoding.common.decoder import Limits
 from parallel_decoding.common.errors import ConfigError
+from parallel_decoding.common.grammar import Matcher
 from parallel_decoding.common.huginn.config import HuginnConfig, check_engine_config
 from parallel_decoding.common.huginn.decoder import HuginnDecoder, Row
 from parallel_decoding.common.huginn.forward import RecurrentForward, RecurrentOutput, run_forward
@@ -21,6 +23,7 @@ from parallel_decoding.common.huginn.reference import generate
 from parallel_decoding.common.models.raven import KVCache, RavenConfig, RavenForCausalLM
 from parallel_decoding.common.sampling import SamplingParams, target_probs
 from scripts.make_tiny_models import build_raven
+from scripts.structured_requests import Grammars
 from tests.support import naive_wavefront
 from tests.support.exact import P_VALUE_FLOOR, chi_square_p_value, memo_recurrent_forwards
 from tests.support.huginn_configs import HUGINN_0125
@@ -96,6 +99,36 @@ def test_samplers_apply_bias_penalties_and_allowed_tokens(raven, prompts, sample
     if sampler == "speculative":
         ar = HuginnConfig(sampler="ar", num_steps=R)
         assert penalised == outputs(raven, prompts, ar, SamplingParams(repetition_penalty=3.0, frequency_penalty=1.0))
+
+
+TRAINED = Path(__file__).resolve().parents[2] / "scripts" / "trained" / "raven"
+CONSTRAINTS = [{"regex": "[a-z_]+\\(self(, [a-z_]+)*\\)"},
+               {"json": {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}}]
+
+
+@pytest.mark.parametrize("settings", [{"sampler": "ar"}, {"sampler": "wavefront", "inner_recurrence": 4},
+                                      {"sampler": "speculative"}], ids=["ar", "wavefront", "speculative"])
+def test_a_grammar_constrains_what_every_sampler_commits(settings):
+    """On the trained Raven (r = 32), a regex and a JSON schema: every output is valid under its grammar (the
+    wavefront masks each in-flight position after the guesses before it and commits the leading guesses the grammar
+    accepts), `speculative` equals `ar` under it; without the grammar the outputs break it."""
+    from transformers import AutoTokenizer
+
+    model = RavenForCausalLM.from_pretrained(TRAINED)
+    grammars = Grammars(TRAINED, model.config.vocab_size)
+    tokenizer = AutoTokenizer.from_pretrained(TRAINED)
+    prompts = [tokenizer.encode(text) for text in ("def __init__(self, name", "    return self._data[")]
+    config = HuginnConfig(num_steps=32, **settings)
+    limits = Limits(MAX_TOKENS, eos_token_ids=(tokenizer.eos_token_id,))  # the grammar's stop token ends a request
+    broken = 0
+    for prompt, constraint in itertools.product(prompts, CONSTRAINTS):
+        got = generate(model, prompt, config, limits=limits, grammar=Matcher(grammars.matcher(constraint))).token_ids
+        assert grammars.walk(constraint, got)[0], (settings, constraint, got)
+        if settings["sampler"] == "speculative":
+            assert got == generate(model, prompt, HuginnConfig(num_steps=32), limits=limits,
+                                   grammar=Matcher(grammars.matcher(constraint))).token_ids
+        broken += not grammars.walk(constraint, generate(model, prompt, config, limits=limits).token_ids)[0]
+    assert broken
 
 
 def scripted_step(raven, config: HuginnConfig, changes: list[float], decoder: HuginnDecoder | None = None

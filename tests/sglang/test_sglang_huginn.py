@@ -120,3 +120,31 @@ def test_published_config_instantiates(tmp_path):
         model = SGLangRaven(HuginnRavenConfig(**HUGINN_0125))
     assert 3.4e9 < sum(p.numel() for p in model.parameters()) < 3.7e9
     assert len(model.attn) == 8 and model.attn[0].head_dim == 96  # one KV slot per layer, the core's shared
+
+
+def test_structured_output_equals_the_constrained_reference(cpu_engine_env):
+    """On the trained Raven, the wavefront under a regex and a JSON schema (each decoder walking its own copy of
+    SGLang's grammar object): the reference's tokens under the same constraints, every output valid."""
+    from parallel_decoding.common.grammar import Matcher
+    from scripts.structured_requests import Grammars
+
+    model = RavenForCausalLM.from_pretrained(TRAINED)
+    grammars, tokenizer = Grammars(TRAINED, model.config.vocab_size), AutoTokenizer.from_pretrained(TRAINED)
+    constraints = [{"regex": "[a-z_]+\\(self(, [a-z_]+)*\\)"},
+                   {"json": {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}}]
+    ids = [tokenizer.encode(text) for text in ["def __init__(self, name", "    return self._data["]]
+    settings = {"sampler": "wavefront", "num_steps": 32, "inner_recurrence": 4}
+    limits = Limits(MAX_TOKENS, eos_token_ids=(tokenizer.eos_token_id,))
+    requests = [(p, c) for p in ids for c in constraints]
+    want = [generate(model, p, HuginnConfig(**settings), limits=limits, grammar=Matcher(grammars.matcher(c))).token_ids
+            for p, c in requests]
+    engine = sglang.Engine(model_path=str(TRAINED), decode_mode="huginn", decode_config=settings, **CPU_KWARGS)
+    try:
+        got = engine.generate(input_ids=[p for p, _ in requests], sampling_params=[
+            {"temperature": 0, "max_new_tokens": MAX_TOKENS,
+             **({"regex": c["regex"]} if "regex" in c else {"json_schema": json.dumps(c["json"])})}
+            for _, c in requests])
+    finally:
+        engine.shutdown()
+    assert [out["output_ids"] for out in got] == want
+    assert all(grammars.walk(c, out["output_ids"])[0] for (_, c), out in zip(requests, got, strict=True))

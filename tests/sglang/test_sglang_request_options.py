@@ -40,17 +40,12 @@ def test_each_unapplied_option_is_refused_by_name(name, monkeypatch):
 
     manager = SimpleNamespace(server_args=SimpleNamespace(_decode_settings="{}"))
     request = SimpleNamespace(return_logprob=False, custom_logit_processor=None, sampling_params={name: ON[name]})
-    for mode, config in [("jacobi", JacobiConfig()), ("wedlm", None)]:  # one verifying mode, one whose decoder commits
+    # one verifying mode, one whose decoder commits, Huginn's own worker
+    for mode, config in [("jacobi", JacobiConfig()), ("wedlm", None), ("huginn", None)]:
         monkeypatch.setattr(cli, "decode_settings", lambda args, mode=mode, config=config: (mode, config))
         if name in ADJUSTMENTS | GRAMMARS:
             check_request(manager, request)
         else:
             with pytest.raises(ValueError, match=name):
                 check_request(manager, request)
-    monkeypatch.setattr(cli, "decode_settings", lambda args: ("huginn", None))  # its own worker: all but grammars
-    if name in ADJUSTMENTS:
-        check_request(manager, request)
-    else:
-        with pytest.raises(ValueError, match=name):
-            check_request(manager, request)
     check_request(manager, SimpleNamespace(return_logprob=False, custom_logit_processor=None, sampling_params={}))

@@ -14,7 +14,7 @@ from tests.support.vllm_engine import engine  # isort: split
 import openai
 from vllm import SamplingParams
 
-from parallel_decoding.vllm_plugin.requests import applied
+from parallel_decoding.vllm_plugin.requests import ADJUSTMENTS
 from scripts.vllm_server import metrics, vllm_server
 from tests.support import ties
 from tests.support.vllm_cases import MAX_TOKENS, STOP_AT
@@ -134,7 +134,7 @@ def test_unapplied_options_refused_by_name(server, spec, cases):
             if name not in ("structured_outputs", "prompt_logprobs"):
                 create()
             continue
-        if name in applied(spec["method"]):  # applied (test_vllm_commit_methods, test_vllm_huginn)
+        if name in ADJUSTMENTS:  # applied (test_vllm_commit_methods, test_vllm_huginn)
             create()
             continue
         if name == "logprobs":  # reported (tests/vllm/test_vllm_logprobs.py, tests/vllm/test_vllm_huginn.py)
