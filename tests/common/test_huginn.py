@@ -106,8 +106,10 @@ CONSTRAINTS = [{"regex": "[a-z_]+\\(self(, [a-z_]+)*\\)"},
                {"json": {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}}]
 
 
-@pytest.mark.parametrize("settings", [{"sampler": "ar"}, {"sampler": "wavefront", "inner_recurrence": 4},
-                                      {"sampler": "speculative"}], ids=["ar", "wavefront", "speculative"])
+@pytest.mark.parametrize("settings", [pytest.param({"sampler": "ar"}, marks=pytest.mark.sweep, id="ar"),
+                                      pytest.param({"sampler": "wavefront", "inner_recurrence": 4}, id="wavefront"),
+                                      pytest.param({"sampler": "speculative"}, marks=pytest.mark.sweep,
+                                                   id="speculative")])
 def test_a_grammar_constrains_what_every_sampler_commits(settings):
     """On the trained Raven (r = 32), a regex and a JSON schema: every output is valid under its grammar (the
     wavefront masks each in-flight position after the guesses before it and commits the leading guesses the grammar
