@@ -8,8 +8,8 @@ cut a window at its first mask) and `bad_words` (as vLLM tokenizes them, a gramm
 speculative method (its rejection sampler does not apply them): they travel in `extra_args` too, past that check
 (`carry_adjustments`). `logprobs` they report
 (`vllm_plugin.logprobs`; `huginn`'s are those of the distribution each token was chosen from), and
-`prompt_logprobs` from their causal prefill (all but `wedlm`). Huginn's samplers apply the same options, each
-in-flight position with the tokens before it as its history.
+`prompt_logprobs` from their causal prefill (all but `wedlm`). Huginn's rows are its in-flight positions, each
+with the tokens before it as its history.
 
 The lossless methods are verified by vLLM's own rejection sampler, which applies them to the target, but for
 `logit_bias` and `min_p`: those are carried past vLLM's check as well, and applied to the target's logits before the

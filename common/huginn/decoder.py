@@ -158,7 +158,8 @@ class HuginnDecoder(margins.DecisionMargins):
     def adjust(self, logits: torch.Tensor, inputs: list[int] = (), rows: list[int] | None = None) -> torch.Tensor:
         """`logits`, rows of a forward whose input is the last committed token then `inputs` (in-flight or draft
         tokens), at `rows` of it (default: every one), with the request's penalties, bias, allowed tokens and minimum
-        length (`common.penalties`): a row's history is the committed tokens and the inputs up to its own."""
+        length (`common.penalties`), masked by its grammar (`common.grammar`): a row's history is the committed tokens
+        and the inputs up to its own."""
         if not self.sampling.adjusts_logits and self.grammar is None:
             return logits
         tokens = [self.tokens[-1], *inputs]
