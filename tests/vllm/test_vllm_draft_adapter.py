@@ -39,7 +39,7 @@ def run(model_dir, spec: dict | None, prompts: list[str]) -> tuple[list[list[int
 
 def test_adapter_in_draft_pass_only(served, prompts):
     prompts = prompts[:8]
-    plain_spec = {"method": "diffusion_self", "num_speculative_tokens": 4}
+    plain_spec = {"method": "diffusion_self", "num_speculative_tokens": 4, "adaptive": False}  # every step drafts
     ar, _ = run(served, None, prompts)
     plain, accepted_plain = run(served, plain_spec, prompts)
     adapted, accepted_adapted = run(served, {**plain_spec, "draft_adapter": "lora"}, prompts)

@@ -148,8 +148,8 @@ def test_unapplied_request_option_refused(engine_dir):
     from vllm.exceptions import VLLMValidationError
 
     with engine(engine_dir["raven"], {"method": "huginn", "sampler": "wavefront"}, skip_tokenizer_init=True) as llm, \
-            pytest.raises(VLLMValidationError, match="presence_penalty"):
-        llm.generate([TokensPrompt(prompt_token_ids=[1, 2, 3])], SamplingParams(max_tokens=4, presence_penalty=0.5))
+            pytest.raises(VLLMValidationError, match="logprob_token_ids"):
+        llm.generate([TokensPrompt(prompt_token_ids=[1, 2, 3])], SamplingParams(max_tokens=4, logprob_token_ids=[1]))
 
 
 def test_published_config_instantiates(tmp_path):
