@@ -22,6 +22,7 @@ from parallel_decoding.common.huginn.reference import generate
 from parallel_decoding.common.models.raven import RavenForCausalLM
 from parallel_decoding.common.sampling import SamplingParams
 from scripts.sglang_server import CPU_KWARGS, sglang_server
+from tests.support import huginn_grammar
 from tests.support.sglang_client import PRESSURE_ARGS, PRESSURE_ENV
 from tests.support.sglang_client import generate as complete
 
@@ -124,29 +125,20 @@ def test_published_config_instantiates(tmp_path):
     assert len(model.attn) == 8 and model.attn[0].head_dim == 96  # one KV slot per layer, the core's shared
 
 
-def test_structured_output_equals_the_constrained_reference(cpu_engine_env):
-    """On the trained Raven, the wavefront under a regex and a JSON schema (each decoder walking its own copy of
-    SGLang's grammar object): the reference's tokens under the same constraints, every output valid."""
-    from parallel_decoding.common.grammar import Matcher
-    from scripts.structured_requests import Grammars
-
-    model = RavenForCausalLM.from_pretrained(TRAINED)
-    grammars, tokenizer = Grammars(TRAINED, model.config.vocab_size), AutoTokenizer.from_pretrained(TRAINED)
-    constraints = [{"regex": "[a-z_]+\\(self(, [a-z_]+)*\\)"},
-                   {"json": {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}}]
-    ids = [tokenizer.encode(text) for text in ["def __init__(self, name", "    return self._data["]]
-    settings = {"sampler": "wavefront", "num_steps": 32, "inner_recurrence": 4}
-    limits = Limits(MAX_TOKENS, eos_token_ids=(tokenizer.eos_token_id,))
-    requests = [(p, c) for p in ids for c in constraints]
-    want = [generate(model, p, HuginnConfig(**settings), limits=limits, grammar=Matcher(grammars.matcher(c))).token_ids
-            for p, c in requests]
-    engine = sglang.Engine(model_path=str(TRAINED), decode_mode="huginn", decode_config=settings, **CPU_KWARGS)
+@pytest.mark.parametrize("which", ["code", pytest.param("structured", marks=pytest.mark.sweep)])
+def test_structured_output_equals_the_constrained_reference(cpu_engine_env, which):
+    """On the trained Raven, the wavefront under regexes and JSON schemas (each decoder walking its own copy of
+    SGLang's grammar object): the reference's tokens under the same constraints, every output valid. Four code
+    requests in CI; the 40 requests of `scripts.structured_requests` as a sweep."""
+    work = huginn_grammar.cases(which)
+    want = huginn_grammar.reference(work)
+    engine = sglang.Engine(model_path=str(TRAINED), decode_mode="huginn", decode_config=huginn_grammar.SETTINGS,
+                           **CPU_KWARGS)
     try:
-        got = engine.generate(input_ids=[p for p, _ in requests], sampling_params=[
-            {"temperature": 0, "max_new_tokens": MAX_TOKENS,
+        got = engine.generate(input_ids=[p for p, _, _ in work], sampling_params=[
+            {"temperature": 0, "max_new_tokens": n,
              **({"regex": c["regex"]} if "regex" in c else {"json_schema": json.dumps(c["json"])})}
-            for _, c in requests])
+            for _, c, n in work])
     finally:
         engine.shutdown()
-    assert [out["output_ids"] for out in got] == want
-    assert all(grammars.walk(c, out["output_ids"])[0] for (_, c), out in zip(requests, got, strict=True))
+    huginn_grammar.check(work, [out["output_ids"] for out in got], want)

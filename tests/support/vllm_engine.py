@@ -24,10 +24,13 @@ ENGINE_ARGS: dict[str, Any] = {
 
 @contextmanager
 def engine(model: Any, speculative_config: dict | None = None, **kwargs: Any) -> Iterator[LLM]:
-    """An in-process `LLM` (float32, eager, small KV, 32-token blocks) that is torn down on exit."""
+    """An in-process `LLM` (float32, eager, small KV, 32-token blocks) that is torn down on exit: shut down there,
+    not when collected, which a failed test's traceback (holding the `LLM`) would delay past the next engine's
+    start, tearing down that one's process groups."""
     llm = LLM(model=str(model), speculative_config=speculative_config, **{**ENGINE_ARGS, **kwargs})
     try:
         yield llm
     finally:
+        llm.llm_engine.engine_core.shutdown()
         del llm
         gc.collect()

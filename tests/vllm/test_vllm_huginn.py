@@ -21,6 +21,7 @@ from parallel_decoding.common.huginn.forward import RecurrentForward, run_forwar
 from parallel_decoding.common.huginn.reference import generate
 from parallel_decoding.common.models.raven import KVCache, RavenForCausalLM
 from parallel_decoding.common.sampling import SamplingParams as ReferenceSampling
+from tests.support import huginn_grammar
 from tests.support.vllm_cases import announce
 
 MAX_TOKENS = 24
@@ -179,29 +180,18 @@ def test_runs_eager(engine_dir):
     assert len(out[0].outputs[0].token_ids) == 4
 
 
-def test_structured_output_equals_the_constrained_reference():
-    """On the trained Raven, the wavefront under a regex and a JSON schema (vLLM's xgrammar backend compiling them for
-    the decoder): the reference's tokens under the same constraints, every output valid."""
+@pytest.mark.parametrize("which", ["code", pytest.param("structured", marks=pytest.mark.sweep)])
+def test_structured_output_equals_the_constrained_reference(which):
+    """On the trained Raven, the wavefront under regexes and JSON schemas (vLLM's xgrammar backend compiling them
+    for the decoder): the reference's tokens under the same constraints, every output valid. Four code requests in
+    CI; the 40 requests of `scripts.structured_requests` as a sweep."""
     from vllm.sampling_params import StructuredOutputsParams
 
-    from parallel_decoding.common.grammar import Matcher
-    from scripts.structured_requests import Grammars
-
-    model = RavenForCausalLM.from_pretrained(TRAINED)
-    grammars, tokenizer = Grammars(TRAINED, model.config.vocab_size), AutoTokenizer.from_pretrained(TRAINED)
-    constraints = [{"regex": "[a-z_]+\\(self(, [a-z_]+)*\\)"},
-                   {"json": {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}}]
-    ids = token_prompts(TRAINED, ["def __init__(self, name", "    return self._data["])
-    settings = {"sampler": "wavefront", "num_steps": 32, "inner_recurrence": 4}
-    limits = Limits(MAX_TOKENS, eos_token_ids=(tokenizer.eos_token_id,))
-    requests = [(p, c) for p in ids for c in constraints]
-    want = [generate(model, p, HuginnConfig(**settings), limits=limits, grammar=Matcher(grammars.matcher(c))).token_ids
-            for p, c in requests]
-    with engine(TRAINED, {"method": "huginn", **settings}) as llm:
-        outputs = llm.generate([TokensPrompt(prompt_token_ids=p) for p, _ in requests], [
-            SamplingParams(temperature=0, max_tokens=MAX_TOKENS, structured_outputs=StructuredOutputsParams(**c))
-            for _, c in requests], use_tqdm=False)
+    work = huginn_grammar.cases(which)
+    want = huginn_grammar.reference(work)
+    with engine(TRAINED, {"method": "huginn", **huginn_grammar.SETTINGS}) as llm:
+        outputs = llm.generate([TokensPrompt(prompt_token_ids=p) for p, _, _ in work], [
+            SamplingParams(temperature=0, max_tokens=n, structured_outputs=StructuredOutputsParams(**c))
+            for _, c, n in work], use_tqdm=False)
         announce(llm)
-    got = [list(o.outputs[0].token_ids) for o in outputs]
-    assert got == want
-    assert all(grammars.walk(c, tokens)[0] for (_, c), tokens in zip(requests, got, strict=True))
+    huginn_grammar.check(work, [list(o.outputs[0].token_ids) for o in outputs], want)
