@@ -3,7 +3,7 @@ reach the server's tool-call streaming at once) and not, returns the same parsed
 `jacobi` as SGLang's AR server on the real model (SmolLM2-135M-Instruct, float32, the `hermes` parser), and a
 well-formed one under `wedlm` on its trained tiny checkpoint (the tool's name, arguments that parse as JSON: SGLang's
 constraint for the format leaves their shape free, as vLLM's does). SGLang constrains a forced call through its
-structured output, which every mode but `huginn` applies (`tests/sglang/test_sglang_structured_output.py`).
+structured output, which every mode applies (`tests/sglang/test_sglang_structured_output.py`).
 The twin of `tests/vllm/test_vllm_tool_calls.py`; a sweep (three servers).
 
 Runs in the SGLang environment (see `tests/sglang/test_sglang_server.py`)."""
