@@ -57,8 +57,8 @@ def parser() -> argparse.ArgumentParser:
     for flag, text, options in [
         ("models", "a directory holding ar/ nld/ wedlm/ jacobi_forcing/", {"metavar": "DIR"}),
         ("model", "a checkpoint: a Raven for huginn, an XLNet AS-ARM for assd, any for recycling, which without it "
-                  "builds the cyclic tiny model, a chat model with a draft adapter for structured (default: "
-                  "SmolLM2)", {"metavar": "DIR"}),
+                  "builds the cyclic tiny model, a chat model with a draft adapter (or a Raven, "
+                  "for Huginn's samplers) for structured (default: SmolLM2)", {"metavar": "DIR"}),
         ("prompts", "how many held-out prompts", {"type": int, "metavar": "N"}),
         ("max_tokens", "tokens generated per prompt", {"type": int, "metavar": "N"}),
         ("device", "torch device", {}),
