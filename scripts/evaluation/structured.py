@@ -4,8 +4,10 @@ constraints: valid outputs, tokens per forward and tokens/s, and for the lossles
 Raven checkpoint (`--model` a recurrent-depth model), Huginn's `ar` and `wavefront` samplers instead (the
 `common.huginn` reference), with their sequential core passes per token."""
 
+import functools
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -57,28 +59,18 @@ def run(model: str | None = None, prompts: int = 40, device: str = "cpu") -> lis
     loaded, tokenizer = load(path, device=device)
     runner = ReferenceRunner(loaded, adapters={DRAFT_ADAPTER: LoRA(loaded, path / smollm2.ADAPTER_DIR).enabled})
     grammars, eos = Grammars(path, loaded.config.vocab_size), eos_token_ids(loaded, tokenizer)
-    work = requests(path)
-    work = work[: prompts // 2] + work[20 : 20 + prompts - prompts // 2]
+    work = chosen(requests(path), prompts)
     outputs: dict[tuple[str, bool], list[list[int]]] = {}
     rows = []
     for name, (method, settings) in tqdm(METHODS.items(), desc="methods"):
         config = parse_config(method, settings, mask_token_id=loaded.config.mask_token_id,
                               **({"dlm_type": "dream"} if method != "ar" else {}))
         for constrained in (True, False):
-            start, results = time.perf_counter(), []
-            for prompt, constraint, max_tokens in work:
-                results.append(decode(runner, grammars, method, config, prompt, constraint if constrained else None,
-                                      max_tokens, eos))
-            seconds = time.perf_counter() - start
-            tokens = [r.token_ids for r in results]
-            outputs[name, constrained] = tokens
-            valid = sum(complete(grammars, c, t, n) for (_, c, n), t in zip(work, tokens, strict=True))
-            generated = sum(map(len, tokens))
-            rows.append({"method": name, "constrained": constrained, "valid": valid, "requests": len(work),
-                         "tokens_per_forward": round(generated / sum(r.forwards for r in results), 3),
-                         "tokens_per_s": round(generated / seconds, 1),
-                         "equal_to_ar": sum(a == b for a, b in zip(tokens, outputs["ar", constrained], strict=True))
-                         if name in LOSSLESS else None})
+            row, outputs[name, constrained] = measure(name, constrained, work, grammars, functools.partial(
+                decode, runner, grammars, method, config, eos=eos))
+            row["equal_to_ar"] = sum(a == b for a, b in zip(outputs[name, constrained], outputs["ar", constrained],
+                                                            strict=True)) if name in LOSSLESS else None
+            rows.append(row)
     return table(rows)
 
 
@@ -88,25 +80,38 @@ def huginn(path: Path, prompts: int) -> list[dict[str, Any]]:
     model = RavenForCausalLM.from_pretrained(path)
     grammars = Grammars(path, model.config.vocab_size)
     eos = (AutoTokenizer.from_pretrained(path).eos_token_id,)
-    work = requests(path)
-    work = work[: prompts // 2] + work[20 : 20 + prompts - prompts // 2]
+    work = chosen(requests(path), prompts)
     rows = []
     for name, config in tqdm(HUGINN.items(), desc="samplers"):
         for constrained in (True, False):
-            start, results = time.perf_counter(), []
-            for prompt, constraint, max_tokens in work:
-                grammar = Matcher(grammars.matcher(constraint)) if constrained else None
-                results.append(generate(model, prompt, config, limits=Limits(max_tokens, eos_token_ids=eos),
-                                        grammar=grammar))
-            seconds = time.perf_counter() - start
-            tokens = [r.token_ids for r in results]
-            valid = sum(complete(grammars, c, t, n) for (_, c, n), t in zip(work, tokens, strict=True))
-            generated = sum(map(len, tokens))
-            rows.append({"method": name, "constrained": constrained, "valid": valid, "requests": len(work),
-                         "tokens_per_forward": round(generated / sum(r.forwards for r in results), 3),
-                         "core_passes_per_token": round(sum(r.core_passes for r in results) / generated, 2),
-                         "tokens_per_s": round(generated / seconds, 1), "equal_to_ar": None})
+            row, _ = measure(name, constrained, work, grammars, lambda p, c, n, config=config: generate(
+                model, p, config, limits=Limits(n, eos_token_ids=eos), grammar=c and Matcher(grammars.matcher(c))))
+            rows.append(row)
     return table(rows)
+
+
+def chosen(work: list, prompts: int) -> list:
+    """`prompts` of the 40 requests, half from the JSON schemas, half from the regexes."""
+    return work[: prompts // 2] + work[20 : 20 + prompts - prompts // 2]
+
+
+def measure(name: str, constrained: bool, work: list, grammars: Grammars,
+            decode_one: Callable[[list[int], dict | None, int], Any]) -> tuple[dict[str, Any], list[list[int]]]:
+    """One method and setting over `work`: its row (valid outputs, tokens per forward, tokens/s, and core passes
+    per token where the results count them) and its outputs."""
+    start = time.perf_counter()
+    results = [decode_one(prompt, constraint if constrained else None, max_tokens)
+               for prompt, constraint, max_tokens in work]
+    seconds = time.perf_counter() - start
+    tokens = [r.token_ids for r in results]
+    generated = sum(map(len, tokens))
+    row = {"method": name, "constrained": constrained, "requests": len(work),
+           "valid": sum(complete(grammars, c, t, n) for (_, c, n), t in zip(work, tokens, strict=True)),
+           "tokens_per_forward": round(generated / sum(r.forwards for r in results), 3),
+           "tokens_per_s": round(generated / seconds, 1), "equal_to_ar": None}
+    if hasattr(results[0], "core_passes"):
+        row["core_passes_per_token"] = round(sum(r.core_passes for r in results) / generated, 2)
+    return row, tokens
 
 
 def table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
