@@ -136,7 +136,7 @@ class Decoder(margins.DecisionMargins, ABC):
         reading = self.reading
         if reading is not None and not isinstance(logits, RowStats):
             logits = RowStats.of(logits, reading.excluded, keep_logits=not self.sampling.greedy,
-                                 excluding=torch.arange(len(logits)) >= reading.from_row)
+                                 excluding=torch.arange(len(logits)) >= reading.from_row, scores=reading.scores)
         first = self._digesting()
         return self._digested(self.after_prefill(logits) if first else self.update(logits), first)
 

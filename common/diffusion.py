@@ -102,7 +102,8 @@ class DiffusionDecoder(Decoder):
 
     def reads(self, forward: Forward) -> RowReading:
         """Reveal forwards never choose the mask token; the commit forward's last row gives the next seed."""
-        return RowReading(self.config.mask_token_id if forward.attention is Attention.BIDIRECTIONAL else None)
+        return RowReading(self.config.mask_token_id if forward.attention is Attention.BIDIRECTIONAL else None,
+                          scores=True)  # confidence
 
     @property
     def revealing(self) -> bool:

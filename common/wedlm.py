@@ -106,7 +106,7 @@ class WeDLMDecoder(Decoder):
         )
 
     def reads(self, forward: Forward) -> RowReading:
-        return RowReading()
+        return RowReading(scores=True)  # entropy
 
     def update(self, rows: RowStats) -> Outcome:
         return self.update_batch([self], rows, [len(rows)])[0]

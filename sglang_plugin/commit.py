@@ -23,7 +23,7 @@ from parallel_decoding.common.logprob_rows import LogprobRows, logprob_rows
 from parallel_decoding.common.lora import LoRA
 from parallel_decoding.common.methods import make_decoder
 from parallel_decoding.common.quadratic_self_spec import QuadraticSelfSpecDecoder
-from parallel_decoding.common.row_stats import apply_rows
+from parallel_decoding.common.row_stats import apply_rows, rows_of
 from parallel_decoding.common.width_planner import Shape, cap_widths, planner_for
 from parallel_decoding.common.window import Attention, Forward, after_rows
 from parallel_decoding.sglang_plugin.logprobs import MISSING, Asked, Entry, asked, entries
@@ -143,8 +143,8 @@ class CommitWorker(PluginWorker):
         if digesting:
             rows = [row * width + window.logit_rows for row, _, window in digesting]
             apply_rows([state.decoder for _, state, _ in digesting],
-                       logits.flatten(0, 1).index_select(0, torch.cat(rows).to(logits.device)),
-                       [len(r) for r in rows])
+                       rows_of(logits.flatten(0, 1), torch.cat(rows)),
+                       [len(r) for r in rows], margins=False)
         note_logprobs(states, windows, logits)
         for state, window in zip(states, windows, strict=True):
             if state is not None:

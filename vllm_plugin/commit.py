@@ -17,7 +17,7 @@ import torch
 
 from parallel_decoding.common.decoder import Decoder, Limits
 from parallel_decoding.common.methods import make_decoder
-from parallel_decoding.common.row_stats import apply_rows
+from parallel_decoding.common.row_stats import apply_rows, rows_of
 from parallel_decoding.common.window import Forward, causal_forward
 from parallel_decoding.vllm_plugin.grammars import Grammars
 from parallel_decoding.vllm_plugin.logprobs import CommittedStep, committed_logprobs
@@ -110,7 +110,8 @@ class CommitProposer(PluginProposer):
         if digesting:
             rows = [rows for _, _, rows in digesting]
             outcomes = apply_rows([decoder for _, decoder, _ in digesting],
-                                  logits.index_select(0, torch.cat(rows).to(logits.device)), [len(r) for r in rows])
+                                  rows_of(logits, torch.cat(rows)), [len(r) for r in rows],
+                                  margins=False)
             for (row, decoder, _), outcome in zip(digesting, outcomes, strict=True):
                 committed[row] = outcome.committed
                 if row in reporting:

@@ -27,7 +27,7 @@ class DiffusionProposer(CommitProposer):
                 break
             logits = run_windows(runner, [window for _, _, window in revealing])
             widths = [window.forward.logit_rows.numel() for _, _, window in revealing]
-            outcomes = apply_rows([state.decoder for _, state, _ in revealing], logits, widths)
+            outcomes = apply_rows([state.decoder for _, state, _ in revealing], logits, widths, margins=False)
             planned = []
             for (row, state, _), outcome in zip(revealing, outcomes, strict=True):
                 committed = outcome.committed

@@ -39,9 +39,10 @@ def decoders(method: str, seeds: list[int | None]) -> list:
     return made
 
 
-def run(method: str, seeds: list[int | None], batched: bool) -> tuple[list[list[list[int]]], list[list[float]]]:
+def run(method: str, seeds: list[int | None], batched: bool, margins: bool = True
+        ) -> tuple[list[list[list[int]]], list[list[float]]]:
     """Every step's commits and each decoder's decision margins, the decoders fed the same random logits (peaked so
-    that some slots fill)."""
+    that some slots fill); batched without `margins` as the engines digest."""
     made = decoders(method, seeds)
     live, generator, steps = made, torch.Generator().manual_seed(0), []
     while live := [d for d in live if not d.finished]:
@@ -49,7 +50,7 @@ def run(method: str, seeds: list[int | None], batched: bool) -> tuple[list[list[
         logits = torch.randn(sum(sizes), VOCAB, generator=generator) * 4
         if method == "jacobi":  # a few likely tokens: drafts and recycled branches match now and then
             logits[:, 4:7] += 6
-        outcomes = (apply_rows(live, logits, sizes) if batched
+        outcomes = (apply_rows(live, logits, sizes, margins) if batched
                     else [d.apply(rows) for d, rows in zip(live, logits.split(sizes), strict=True)])
         steps.append([o.committed for o in outcomes])
     return steps, [d.decision_margins for d in made]
@@ -60,6 +61,11 @@ def test_batched_digest_equals_per_request(method: str, monkeypatch: pytest.Monk
     seeds = [None, 5, None, None, 7, None]  # greedy requests batched, sampled ones digesting their own logits
     steps, decided = run(method, seeds, batched=True)
     assert (steps, decided) == run(method, seeds, batched=False)
+    lean, unnoted = run(method, seeds, batched=True, margins=False)  # the engines' digest: the same decisions
+    assert lean == steps  # without the argmax's slack, only the thresholds' (WeDLM's, diffusion's) are noted
+    assert all(u >= m for us, ms in zip(unnoted, decided, strict=True) for u, m in zip(us, ms, strict=True))
+    if method in ("quadratic", "jacobi"):  # past the first token (the prefill's, digested per request)
+        assert all(m == float("inf") for seed, ms in zip(seeds, unnoted, strict=True) if seed is None for m in ms[1:])
     assert sum(len(tokens) for step in steps for tokens in step) > len(steps)  # steps that commit several
     # The decision runs once per step over the batch's greedy requests.
     module = {"wedlm": wedlm, "diffusion": diffusion, "jacobi": jacobi, "quadratic": quadratic_self_spec}[method]
@@ -93,6 +99,9 @@ def test_row_stats_match_their_definitions() -> None:
     assert torch.equal(stats.margin, (top[:, 0] - top[:, 1]) / kept.masked_fill(kept.isinf(), 0).abs().amax(-1))
     assert stats.margin[3] == 0
     assert torch.equal(stats.entropy, -torch.where(probs > 0, probs * log_probs, 0.0).sum(-1))
+    lean = RowStats.of(logits, MASK, scores=False, margins=False)  # what a decision on the argmax alone reads
+    assert torch.equal(lean.token, stats.token) and lean.margin.isinf().all() and lean.entropy.isnan().all()
+    assert torch.equal(logits[2, MASK], torch.tensor(50.0))  # the caller's float32 logits untouched
     raw = RowStats.of(logits)
     assert torch.allclose(raw.entropy, -(logits.softmax(-1) * logits.log_softmax(-1)).sum(-1))
     assert RowReading().excluded is None
