@@ -172,7 +172,8 @@ class QuadraticSelfSpecDecoder(Decoder):
             for j, i in enumerate(greedy):
                 decoders[i].note_margin(margin[j])
                 decided[i] = accepted[j], drafts[j, : int(widths[j])]
-        return [decoder._verified(rows.part(starts[i], starts[i + 1]), *decided.get(i, (None, None)))
+        return [decoder._verified(*decided[i]) if i in decided
+                else decoder._verified(None, None, rows.part(starts[i], starts[i + 1]))
                 for i, decoder in enumerate(decoders)]
 
     def next_width(self, num_committed: int) -> int:
@@ -185,11 +186,13 @@ class QuadraticSelfSpecDecoder(Decoder):
         return max(min(draft_width(masks - 1, self.remaining - num_committed),
                        self.groups_fit(masks, start, masks) - 1), 0)
 
-    def _verified(self, rows: RowStats, committed: list[int] | None, drafts: torch.Tensor | None) -> Outcome:
-        """This decoder's step from its own `rows`, given what a greedy decision found (`committed`, the next
-        `drafts`), or (sampling) verifying its drafts and proposing the next ones itself."""
+    def _verified(self, committed: list[int] | None, drafts: torch.Tensor | None, rows: RowStats | None = None
+                  ) -> Outcome:
+        """This decoder's step given what a greedy decision found (`committed`, the next `drafts`), or (sampling)
+        verifying its drafts and proposing the next ones itself from its own `rows`."""
         m = self.drafts.numel() + 1
         if committed is None:
+            assert rows is not None
             committed = verify(self.drafts, rows.logits[:m], self.sampling, self.generator, self.draft_probs)
             width = self.next_width(len(committed))
             slots = m + (len(committed) - 1) * self.group_masks + torch.arange(1, width + 1)

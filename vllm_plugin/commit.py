@@ -17,7 +17,7 @@ import torch
 
 from parallel_decoding.common.decoder import Decoder, Limits
 from parallel_decoding.common.methods import make_decoder
-from parallel_decoding.common.row_stats import apply_rows, rows_of
+from parallel_decoding.common.row_stats import apply_rows, member_rows, rows_of
 from parallel_decoding.common.window import Forward, causal_forward
 from parallel_decoding.vllm_plugin.grammars import Grammars
 from parallel_decoding.vllm_plugin.logprobs import CommittedStep, committed_logprobs
@@ -58,12 +58,18 @@ class CommitProposer(PluginProposer):
         return state
 
     def positions(self, runner: Any, positions: torch.Tensor) -> None:
+        """The scheduled windows' logical positions in place of vLLM's, written in one copy."""
         queries = runner.query_start_loc.np[: runner.input_batch.num_reqs + 1]
+        starts, placed = [], []
         for row, req_id in enumerate(runner.input_batch.req_ids):
             state, end = self.requests.get(req_id), int(queries[row + 1])
             if state is not None and self.scheduled_window(runner, req_id, state, end - int(queries[row])):
                 forward = state.forward
-                positions[end - forward.num_tokens : end] = forward.positions.to(positions.device)
+                starts.append(end - forward.num_tokens)
+                placed.append(forward.positions)
+        if placed:
+            index, _ = member_rows(starts, [len(p) for p in placed])
+            positions[index.to(positions.device)] = torch.cat(placed).to(positions.device, positions.dtype)
 
     @staticmethod
     def scheduled_window(runner: Any, req_id: str, state: CommitRequest, scheduled: int) -> bool:
@@ -117,9 +123,7 @@ class CommitProposer(PluginProposer):
                 if row in reporting:
                     reporting[row][0].committed, reporting[row][0].tokens = outcome.committed, decoder.tokens
         width = max(2, *(len(tokens) + 1 for tokens in committed))
-        out = torch.full((len(committed), width), -1, dtype=torch.int32)
-        for row, tokens in enumerate(committed):
-            out[row, : len(tokens)] = torch.tensor(tokens, dtype=torch.int32)
+        out = torch.tensor([tokens + [-1] * (width - len(tokens)) for tokens in committed], dtype=torch.int32)
         logprobs = None
         if reporting:
             logprobs = committed_logprobs(logits, reporting, tuple(out.shape), batch.max_num_logprobs,
