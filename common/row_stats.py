@@ -114,6 +114,8 @@ def member_rows(starts: Sequence[int] | torch.Tensor, sizes: Sequence[int] | tor
     """The rows `starts[i]` to `starts[i] + sizes[i]` of each member, concatenated, and each row's offset within its
     member's run: a batch's row index built in a few tensor ops rather than one per request."""
     lengths = torch.as_tensor(sizes, dtype=torch.long)
+    if bool((lengths == 1).all()):  # a row each (a batch of plain steps): no repeats to lay out
+        return torch.as_tensor(starts, dtype=torch.long), torch.zeros(len(lengths), dtype=torch.long)
     firsts = lengths.cumsum(0) - lengths
     offsets = torch.arange(int(lengths.sum())) - firsts.repeat_interleave(lengths)
     return torch.as_tensor(starts, dtype=torch.long).repeat_interleave(lengths) + offsets, offsets
@@ -136,19 +138,22 @@ def apply_rows(decoders: Sequence["Decoder"], logits: torch.Tensor, sizes: Seque
     starts = torch.tensor([0, *sizes]).cumsum(0).tolist()
     outcomes: list[Outcome | None] = [None] * len(decoders)
     batched: dict[tuple[int | None, bool, type], list[int]] = {}
+    from_rows: list[int] = [0] * len(decoders)
     for i, decoder in enumerate(decoders):
         reading = decoder.reading
         if reading is not None and decoder.sampling.greedy and not decoder.reads_logits:
             batched.setdefault((reading.excluded, reading.scores, type(decoder)), []).append(i)
+            from_rows[i] = reading.from_row
         else:
             outcomes[i] = decoder.apply(logits[starts[i] : starts[i + 1]].float().cpu())
     for (excluded, scores, method), members in batched.items():
-        index, offsets = member_rows([starts[i] for i in members], [sizes[i] for i in members])
-        from_row = torch.tensor([decoders[i].reading.from_row for i in members])
-        excluding = offsets >= from_row.repeat_interleave(torch.tensor([sizes[i] for i in members]))
+        counts = [sizes[i] for i in members]
+        index, offsets = member_rows([starts[i] for i in members], counts)
+        from_row = torch.tensor([from_rows[i] for i in members])
+        excluding = offsets >= (from_row if set(counts) == {1} else from_row.repeat_interleave(torch.tensor(counts)))
         stats = RowStats.of(rows_of(logits, index), excluded, excluding=excluding, scores=scores,
                             margins=margins).host()
-        found = method.apply_batch([decoders[i] for i in members], stats, [sizes[i] for i in members])
+        found = method.apply_batch([decoders[i] for i in members], stats, counts)
         for i, outcome in zip(members, found, strict=True):
             outcomes[i] = outcome
     return outcomes
