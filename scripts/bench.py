@@ -5,6 +5,7 @@ AR decoding of that checkpoint and (vLLM) its own `ngram` speculation at the sam
     .venv-sglang/bin/python -m scripts.bench --engine sglang --models DIR --json OUT.json
     python -m scripts.bench --engine vllm --models DIR --json OUT.json --quick    # batch 1, 16 tokens (CI)
     python -m scripts.bench --engine vllm --model smollm2 --json OUT.json         # the real model, chat prompts
+    python -m scripts.bench --engine vllm --models DIR --json OUT.json --against-ar --repeats 3  # AR and method only
     python -m scripts.bench --engine reference --model smollm2 --batch-sizes 1 --json OUT.json [--device cuda]
     python -m scripts.bench --engine vllm --model huginn --json OUT.json [--num-steps 32] [--max-diffusion-steps N]
 
@@ -321,6 +322,8 @@ def main() -> None:
                         help="runs of the whole plan, one after the other (AR and each method alternate); each "
                              "record gives the median run's speedup over the AR of its own run")
     parser.add_argument("--quick", action="store_true", help="batch 1, 16 tokens, one timed round")
+    parser.add_argument("--against-ar", action="store_true",
+                        help="each method against AR only: no pinned width (NAME-fixed), no ngram")
     parser.add_argument("--model", choices=("tiny", "smollm2", "huginn"), default="tiny",
                         help="the tiny trained checkpoints, the real model SmolLM2-135M-Instruct, or Huginn's samplers "
                              "on the trained Raven (--methods does not apply)")
@@ -359,9 +362,9 @@ def main() -> None:
             plan.append((size, checkpoint, "ar", None))
             for name, _, spec in (m for m in chosen if m[1] == checkpoint):
                 plan.append((size, checkpoint, name, spec))
-                if adapts(spec, args.engine):
+                if adapts(spec, args.engine) and not args.against_ar:
                     plan.append((size, checkpoint, f"{name}-fixed", {**spec, "adaptive": False}))
-                if ONE_ENGINE["ngram"] == args.engine:
+                if ONE_ENGINE["ngram"] == args.engine and not args.against_ar:
                     plan.append((size, checkpoint, f"ngram-{width(spec)}", ngram(spec)))
     runs: dict[tuple, list[dict]] = {}
     specs, costs = {}, {}
