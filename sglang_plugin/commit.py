@@ -112,10 +112,32 @@ class CommitWorker(PluginWorker):
         width = max([1, *(w.num_tokens for w in windows if w is not None)])
         starts = torch.tensor([int(n) if state is None else state.pooled
                                for n, state in zip(batch.seq_lens.tolist(), states, strict=True)])
-        tokens = torch.zeros(len(states), width, dtype=torch.long)
+        if not scratch and self.plain(batch, windows, starts):  # a plain AR step for every request
+            self.check_reserved(batch, starts + 1)
+            logits = self.run_decode(batch, torch.tensor([0 if w is None else int(w.token_ids[0]) for w in windows]))
+        else:
+            logits = self.forward_windows(batch, windows, width, starts, scratch)
+        digesting = [(row, state, window) for row, (state, window) in enumerate(zip(states, windows, strict=True))
+                     if state is not None and state.planned is not None]
+        if digesting:
+            rows = [row * width + window.logit_rows for row, _, window in digesting]
+            apply_rows([state.decoder for _, state, _ in digesting],
+                       rows_of(logits.flatten(0, 1), torch.cat(rows)),
+                       [len(r) for r in rows], margins=False)
+        note_logprobs(states, windows, logits)
+        for state, window in zip(states, windows, strict=True):
+            if state is not None:
+                state.digested(window)
+        return width
+
+    def forward_windows(self, batch: Any, windows: list[Forward | None], width: int, starts: torch.Tensor,
+                        scratch: bool) -> torch.Tensor:
+        """The windows laid out [bs, width] (tokens, positions, visibility) from each `starts`, forwarded with their
+        adapter rows; logits [bs, width, V]."""
+        tokens = torch.zeros(len(windows), width, dtype=torch.long)
         positions = starts[:, None] + torch.arange(width)
         # Causal by default (padding rows, past a window's, see it: their outputs and KV are never read).
-        visible = torch.ones(width, width, dtype=torch.bool).tril().repeat(len(states), 1, 1)
+        visible = torch.ones(width, width, dtype=torch.bool).tril().repeat(len(windows), 1, 1)
         if present := [(row, window) for row, window in enumerate(windows) if window is not None]:
             rows = torch.tensor([row for row, _ in present])
             valid = torch.arange(width) < torch.tensor([window.num_tokens for _, window in present])[:, None]
@@ -131,25 +153,10 @@ class CommitWorker(PluginWorker):
             self.check_reserved(batch, starts + width)
         try:
             with self.adapter(windows, width):
-                if not scratch and self.plain(batch, windows, starts):  # a plain AR step for every request
-                    logits = self.run_decode(batch, tokens[:, 0])
-                else:
-                    logits = self.run_window(batch, tokens, visible, positions, starts, locations)
+                return self.run_window(batch, tokens, visible, positions, starts, locations)
         finally:
             if slots is not None:
                 self.token_to_kv_pool_allocator.free(slots.flatten())
-        digesting = [(row, state, window) for row, (state, window) in enumerate(zip(states, windows, strict=True))
-                     if state is not None and state.planned is not None]
-        if digesting:
-            rows = [row * width + window.logit_rows for row, _, window in digesting]
-            apply_rows([state.decoder for _, state, _ in digesting],
-                       rows_of(logits.flatten(0, 1), torch.cat(rows)),
-                       [len(r) for r in rows], margins=False)
-        note_logprobs(states, windows, logits)
-        for state, window in zip(states, windows, strict=True):
-            if state is not None:
-                state.digested(window)
-        return width
 
     def plain(self, batch: Any, windows: list[Forward | None], starts: torch.Tensor) -> bool:
         """Whether the step is every request's one causal token, unadapted, right after the KV SGLang counts: SGLang's
