@@ -233,9 +233,21 @@ class JacobiDecoder(Decoder):
         a tie); sampling decoders then accept its drafts by the point-mass rule. Each decoder's blocks then take its
         window's predictions (`advance`)."""
         starts = list(accumulate(sizes, initial=0))
+        outcomes: list[Outcome | None] = [None] * len(decoders)
+        plain = [i for i, decoder in enumerate(decoders)
+                 if decoder.sampling.greedy and not decoder._main and not decoder._branches]
+        if plain:  # no draft to verify (a plain AR step): the row's argmax, read for all of them at once
+            rows_at = torch.tensor([starts[i] for i in plain])
+            for i, token, margin in zip(plain, rows.token[rows_at].tolist(), rows.margin[rows_at].tolist(),
+                                        strict=True):
+                outcomes[i] = decoders[i]._plain_step(token, margin)
+        deciding = [i for i in range(len(decoders)) if outcomes[i] is None]
+        if not deciding:
+            return outcomes
         owners, drafts, option_rows = [], [], []  # per option: decoder, drafts, rows
         firsts, mains = [], []  # per decoder: its first option, its main window's rows
-        for i, decoder in enumerate(decoders):
+        for i in deciding:
+            decoder = decoders[i]
             main = decoder._main
             mains.append(len(main) + 1)
             firsts.append(len(drafts))
@@ -252,12 +264,22 @@ class JacobiDecoder(Decoder):
         index = torch.tensor([[starts[i] + r for r in (rs + rs[:1] * (width - len(rs)))]
                               for i, rs in zip(owners, option_rows, strict=True)])
         greedy = accept_greedy_batch(drafts, rows.token[index])
-        outcomes = []
-        for i, (decoder, first) in enumerate(zip(decoders, firsts, strict=True)):
+        for i, first, n_main in zip(deciding, firsts, mains, strict=True):
+            decoder = decoders[i]
             best = max(range(first, first + len(decoder._branches) + 1), key=lambda k: (len(greedy[k]), -k))
-            outcomes.append(decoder._verified(rows.part(starts[i], starts[i + 1]), drafts[best], option_rows[best],
-                                              greedy[best], mains[i], best == first))
+            outcomes[i] = decoder._verified(rows.part(starts[i], starts[i + 1]), drafts[best], option_rows[best],
+                                            greedy[best], n_main, best == first)
         return outcomes
+
+    def _plain_step(self, token: int, margin: float) -> Outcome:
+        """`_verified` of a greedy step that verified no draft: its one row's argmax `token` (of slack `margin`)
+        is committed and the blocks move on by one position."""
+        self.note_margin(margin)
+        self.acceptance.record(0, 0)
+        self.verified = (0, 0)
+        n_pending = self.num_tokens - self.cache_len
+        self.advance([token], 1)
+        return Outcome([token], kv_keep=n_pending)
 
     def _verified(self, rows: RowStats, drafts: list[int], option_rows: list[int], greedy: list[int], n_main: int,
                   main: bool) -> Outcome:

@@ -1,6 +1,8 @@
 """Engines' batched digest (`common.row_stats.apply_rows`) equals each decoder digesting its own logits, its
 decisions taken once per step for the whole batch."""
 
+import copy
+
 import pytest
 import torch
 
@@ -46,6 +48,9 @@ def run(method: str, seeds: list[int | None], batched: bool, margins: bool = Tru
     made = decoders(method, seeds)
     live, generator, steps = made, torch.Generator().manual_seed(0), []
     while live := [d for d in live if not d.finished]:
+        if method in ("jacobi", "quadratic"):  # an engine's planner's widths, varying per request and step, 0 too
+            for i, d in enumerate(live):
+                d.cap((len(steps) + i) % 3)
         sizes = [d.next_forward().logit_rows.numel() for d in live]
         logits = torch.randn(sum(sizes), VOCAB, generator=generator) * 4
         if method == "jacobi":  # a few likely tokens: drafts and recycled branches match now and then
@@ -119,3 +124,30 @@ def test_cpu_passes_in_chunks_equal_one_pass(monkeypatch: pytest.MonkeyPatch, ke
     for name in ("token", "margin", "entropy", "confidence", "logits"):
         a, b = getattr(whole, name), getattr(chunked, name)
         assert (a is None and b is None) if not keep_logits and name == "logits" else torch.equal(a, b), name
+
+
+def test_a_plain_jacobi_step_moves_on_as_a_verified_one() -> None:
+    """A greedy Jacobi step with no draft to verify (capped at 0) takes the batch's short path; it leaves the
+    decoder as the general verification of a one-row window leaves it (blocks, pool, drafts, outcome)."""
+    generator = torch.Generator().manual_seed(3)
+    for decoder in decoders("jacobi", [None] * 6):
+        for step in range(12):  # a few steps in, with blocks spawned and a pool
+            decoder.cap(0 if step % 4 == 3 else None)
+            sizes = [decoder.next_forward().logit_rows.numel()]
+            logits = torch.randn(sizes[0], VOCAB, generator=generator) * 4
+            logits[:, 4:7] += 6
+            apply_rows([decoder], logits, sizes)
+            if decoder.finished:
+                break
+        if decoder.finished:
+            continue
+        decoder.cap(0)
+        decoder.next_forward()
+        rows = RowStats.of(torch.randn(1, VOCAB, generator=generator))
+        short, general = copy.deepcopy(decoder), copy.deepcopy(decoder)
+        token = int(rows.token[0])
+        outcomes = (short._plain_step(token, float(rows.margin[0])),
+                    general._verified(rows, [], [0], [token], 1, True))
+        assert outcomes[0] == outcomes[1]
+        assert {k: v for k, v in vars(short).items() if k != "generator"} == {
+            k: v for k, v in vars(general).items() if k != "generator"}
