@@ -80,6 +80,18 @@ class Decoder(margins.DecisionMargins, ABC):
         """Take `token`, the last of the tokens `resume` was given, as just committed."""
         self.commit([token])
 
+    def pause(self) -> None:
+        """An engine takes this request's plain AR steps itself (greedy, its rows unadjusted) until `catch_up`, so a
+        step held at no draft costs no digest: what the decoder holds for its next forward is void."""
+
+    def catch_up(self, tokens: list[int]) -> None:
+        """The tokens the engine committed since `pause`, one plain AR step each: all but the last one cached, as
+        after this decoder's own plain steps."""
+        self.forwards += len(tokens)
+        self.decode_rows += len(tokens)
+        self.commit(tokens)
+        self.cache_len = self.num_tokens - 1
+
     @property
     def last_token(self) -> int:
         return self.output[-1] if self.output else self.prompt[-1]

@@ -122,6 +122,9 @@ class QuadraticSelfSpecDecoder(Decoder):
         """An engine's width planner's cap on the next forward (`common.width_planner.cap_widths`)."""
         self.draft_cap = width
 
+    def pause(self) -> None:
+        self.drafts, self.draft_probs, self.group_masks = torch.zeros(0, dtype=torch.long), None, 0
+
     def groups_fit(self, chain_len: int, start: int, masks: int) -> int:
         """How many of a chain's tokens can have their group of `masks` slots in a forward from `start` (rows
         past the context cannot be laid)."""

@@ -33,6 +33,7 @@ class CommitRequest:
     forward: Forward | None = None
     pending: list[int] | None = None
     carried: torch.Tensor | None = None
+    idle: bool = False  # vLLM's own sampler takes its plain AR steps; its decoder is paused (`CommitProposer.idle`)
 
 
 class CommitProposer(PluginProposer):
@@ -56,6 +57,31 @@ class CommitProposer(PluginProposer):
         decoder.grammar = self.grammars.grammar(request.sampling_params)
         self.requests[req_id] = state = CommitRequest(decoder, decoder.next_forward())
         return state
+
+    def idle(self, runner: Any, req_id: str, state: CommitRequest) -> bool:
+        """Pause the decoder of a request its plan holds at no draft, where vLLM's sampler commits what it would:
+        greedy (the same argmax), nothing adjusting its rows (penalties, biases, a grammar), no logprobs asked. A
+        step in which every request is idle is then vLLM's AR step, with no digest and no planned forward."""
+        decoder = state.decoder
+        if (state.idle or not decoder.sampling.greedy or decoder.reads_logits or state.pending is not None
+                or req_id in runner.input_batch.num_logprobs):
+            return state.idle
+        decoder.pause()
+        state.idle, state.forward = True, None
+        return True
+
+    @staticmethod
+    def wake(runner: Any, req_id: str, state: CommitRequest) -> None:
+        """An idle request's decoder takes the tokens vLLM's sampler committed since it paused."""
+        request, decoder = runner.requests[req_id], state.decoder
+        seen = decoder.num_tokens - len(request.prompt_token_ids)
+        if seen >= 0:
+            decoder.catch_up(list(request.output_token_ids[seen:]))
+        else:  # vLLM made its outputs part of the prompt (a resumed request)
+            decoder.catch_up(list(request.prompt_token_ids[decoder.num_tokens:]) + list(request.output_token_ids))
+        known = len(request.prompt_token_ids) + len(request.output_token_ids)
+        assert decoder.finished or decoder.num_tokens == known, f"request {req_id}: its decoder lost vLLM's tokens"
+        state.idle = False
 
     def positions(self, runner: Any, positions: torch.Tensor) -> None:
         """The scheduled windows' logical positions in place of vLLM's, written in one copy."""
@@ -88,15 +114,21 @@ class CommitProposer(PluginProposer):
         from vllm.v1.outputs import SamplerOutput
 
         batch = runner.input_batch
+        states = [self.requests.get(req_id) for req_id in batch.req_ids]
+        if all(state is not None and state.idle for state in states):
+            return None  # vLLM's own AR step
         ends = metadata.cu_num_sampled_tokens.tolist() if metadata is not None else range(1, batch.num_reqs + 1)
         queries = runner.query_start_loc.np[: batch.num_reqs + 1]
         committed: list[list[int]] = [[] for _ in batch.req_ids]
         digesting: list[tuple[int, Decoder, torch.Tensor]] = []  # batch row, decoder, its rows of `logits`
         reporting: dict[int, tuple[CommittedStep, CommitRequest]] = {}  # batch rows asking for logprobs
         start = 0
-        for row, (req_id, end) in enumerate(zip(batch.req_ids, ends, strict=True)):
+        for row, (req_id, end, state) in enumerate(zip(batch.req_ids, ends, states, strict=True)):
             scheduled = int(queries[row + 1] - queries[row])
-            state, request = self.requests.get(req_id), runner.requests[req_id]
+            request = runner.requests[req_id]
+            if state is not None and state.idle:  # beside requests that draft: its plain step digested with theirs
+                self.wake(runner, req_id, state)
+                state.forward = state.decoder.next_forward()
             if state is None:
                 if request.num_computed_tokens + scheduled >= len(request.prompt_token_ids) and end - start == 1:
                     state = self.start(runner, req_id)

@@ -18,6 +18,7 @@ from parallel_decoding.vllm_plugin.proposer import PluginProposer
 class FollowedRequest:
     decoder: Any
     seen: Any = None  # what the last verify forward showed the decoder (None: nothing since it was resumed)
+    idle: bool = False  # held at no draft: its plain AR steps go unfollowed until it drafts again (`wake`)
 
 
 class FollowingProposer(PluginProposer):
@@ -44,6 +45,10 @@ class FollowingProposer(PluginProposer):
                 continue
             num_tokens = int(batch.num_tokens_no_spec[row])
             state = self.requests.get(req_id)
+            if state is not None and state.idle and len(committed) == 1:
+                drafts.append([])
+                states.append(state)
+                continue
             if state is None or state.decoder.num_tokens + len(committed) != num_tokens or (
                     state.seen is None and not (self.follows_plain_steps and len(committed) == 1)):
                 state = self.resume(runner, row, req_id, num_tokens)
@@ -61,6 +66,22 @@ class FollowingProposer(PluginProposer):
         """The drafts vLLM schedules: each request's leading ones, as many as the planner gives it (`widths`)."""
         widths = self.widths(runner, scheduler_output, sampled_token_ids, [len(d) for d in drafts])
         return [d[:w] for d, w in zip(drafts, widths, strict=True)]
+
+    @staticmethod
+    def pause(state: FollowedRequest) -> None:
+        """A request the planner holds at no draft: its decoder follows none of the plain AR steps that come (a
+        plain step shows it nothing but its token) until it drafts again."""
+        if not state.idle:
+            state.decoder.pause()
+            state.idle = True
+
+    @staticmethod
+    def wake(runner: Any, row: int, state: FollowedRequest) -> None:
+        """An idle request's decoder takes the tokens committed since it paused."""
+        decoder = state.decoder
+        decoder.catch_up(runner.input_batch.token_ids_cpu[row, decoder.num_tokens:
+                                                          int(runner.input_batch.num_tokens_no_spec[row])].tolist())
+        state.idle = False
 
     def resume(self, runner: Any, row: int, req_id: str, num_tokens: int) -> FollowedRequest:
         """A decoder over the request's tokens so far, drawing with the request's own generator."""

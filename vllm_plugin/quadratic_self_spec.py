@@ -39,7 +39,13 @@ class QuadraticSelfSpecProposer(CommitProposer):
             cap_widths(self.planner, [runner.input_batch.req_ids[row] for row, _ in planned],
                        [state.decoder for _, state in planned])
         drafts = {}
+        req_ids = runner.input_batch.req_ids
         for row, state in planned:
+            if state.decoder.width == 0 and self.idle(runner, req_ids[row], state):
+                drafts[row] = []
+                continue
+            if state.idle:
+                self.wake(runner, req_ids[row], state)
             state.forward = state.decoder.next_forward()
             drafts[row] = state.forward.token_ids[1:].tolist()
         return drafts

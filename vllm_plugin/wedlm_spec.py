@@ -6,7 +6,8 @@ mask token, so the slot that follows the last accepted draft yields the bonus (g
 residual of a point mass, which is the target distribution itself). The mask rows past the bonus's slot become
 the decoder's next drafts, with their proposal probabilities for the sampler. Where the config adapts (the
 default), a width planner caps each request's drafts and mask slots before its window is scheduled
-(`common.width_planner.cap_widths`); a step it caps at 0 is a plain AR step, which the decoder follows.
+(`common.width_planner.cap_widths`); a step it caps at 0 is a plain AR step, which the decoder, paused, does not
+follow until the planner gives it a width again (`FollowingProposer.wake`).
 """
 
 from typing import Any
@@ -35,7 +36,14 @@ class WeDLMSpecProposer(FollowingProposer):
         cap_widths(self.planner, [runner.input_batch.req_ids[row] for row in rows],
                    [states[row].decoder for row in rows])
         for row in rows:
-            drafts[row] = self.drafts_of(states[row].decoder)
+            state = states[row]
+            if state.decoder.draft_cap == 0:
+                self.pause(state)
+                drafts[row] = []
+                continue
+            if state.idle:
+                self.wake(runner, row, state)
+            drafts[row] = self.drafts_of(state.decoder)
         return drafts
 
     def before_sample(self, runner: Any, logits: torch.Tensor, metadata: Any) -> None:

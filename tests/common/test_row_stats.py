@@ -153,3 +153,41 @@ def test_a_plain_jacobi_step_moves_on_as_a_verified_one() -> None:
             k: v for k, v in vars(general).items() if k != "generator"}
         checked += 1
     assert checked >= 3  # not vacuous: half the decoders are still going after a dozen steps
+
+
+def test_a_paused_quadratic_decoder_catches_up_as_its_own_plain_steps_leave_it() -> None:
+    """An engine takes a greedy quadratic request's plain AR steps itself (`pause`), then hands it the tokens it
+    committed (`catch_up`): the decoder is where its own plain steps would have left it, holding no draft from before
+    the pause, and plans the same next forward."""
+    generator, checked = torch.Generator().manual_seed(5), 0
+    for decoder in decoders("quadratic", [None] * 4):
+        for _ in range(3):  # a few drafting steps in: it holds drafts
+            if decoder.finished:
+                break
+            decoder.cap(2)
+            sizes = [decoder.next_forward().logit_rows.numel()]
+            logits = torch.randn(sizes[0], VOCAB, generator=generator) * 4
+            apply_rows([decoder], logits, sizes)
+        if decoder.finished or decoder.drafts.numel() == 0:
+            continue
+        own, paused = copy.deepcopy(decoder), copy.deepcopy(decoder)
+        tokens = [5, 7, 6]
+        for token in tokens:
+            own.cap(0)
+            own.next_forward()
+            logits = torch.zeros(1, VOCAB)
+            logits[0, token] = 1.0
+            apply_rows([own], logits, [1])
+        paused.cap(0)
+        paused.pause()
+        paused.catch_up(tokens)
+        fields = ("output", "cache_len", "group_masks", "forwards", "decode_rows", "finished")
+        assert [getattr(paused, f) for f in fields] == [getattr(own, f) for f in fields]
+        assert paused.drafts.numel() == own.drafts.numel() == 0
+        for d in (own, paused):
+            d.cap(2)
+        planned = own.next_forward(), paused.next_forward()
+        assert torch.equal(planned[0].token_ids, planned[1].token_ids)
+        assert torch.equal(planned[0].positions, planned[1].positions)
+        checked += 1
+    assert checked >= 2

@@ -18,6 +18,10 @@ METHODS = [
     {"method": "diffusion_self", "num_speculative_tokens": 1, "step_cost": PRICED},
     {"method": "diffusion_self", "num_speculative_tokens": 4, "step_cost": PRICED},
     {"method": "diffusion_self", "num_speculative_tokens": 15, "step_cost": PRICED},
+    # Rows priced for quadratic's (w + 1)(w + 3): requests held at no draft step on vLLM's own sampler (their
+    # decoders paused) beside requests that draft.
+    {"method": "diffusion_self", "mode": "quadratic", "num_speculative_tokens": 3, "step_cost": [1.0, 0.0005, 0.1]},
+    {"method": "wedlm_spec", "window": 4, "step_cost": PRICED},
     {"method": "jacobi", "block_size": 4, "step_cost": PRICED},
     {"method": "jacobi", "block_size": 3, "num_blocks": 2, "spawn_ratio": 0.5, "step_cost": PRICED},
 ]
@@ -68,7 +72,7 @@ def test_greedy_equals_no_speculation(engine_dir, requests, spec):
 
 
 
-@pytest.mark.parametrize("spec", [METHODS[1], METHODS[3]], ids=["diffusion_self", "jacobi"])
+@pytest.mark.parametrize("spec", [METHODS[1], METHODS[5]], ids=["diffusion_self", "jacobi"])
 def test_metrics_match_reference(engine_dir, prompts, spec):
     """On the prompts whose decoding takes no near-tied decision (drafts included), vLLM's counters are the
     reference runner's (at the configured width: `adaptive` off)."""
@@ -84,7 +88,7 @@ def test_metrics_match_reference(engine_dir, prompts, spec):
     assert got.num_accepted_tokens > 0
 
 
-@pytest.mark.parametrize("spec", [METHODS[1], METHODS[3]], ids=["diffusion_self", "jacobi"])
+@pytest.mark.parametrize("spec", [METHODS[1], METHODS[5]], ids=["diffusion_self", "jacobi"])
 def test_the_width_planner_decides_what_is_forwarded(engine_dir, requests, spec):
     """With rows dear (`step_cost`: a row costs a hundred times a step's base) no request drafts: every step is a
     plain AR step; with rows free every request drafts the full width, as `adaptive: false` does. AR's output
