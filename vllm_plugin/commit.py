@@ -33,7 +33,7 @@ class CommitRequest:
     forward: Forward | None = None
     pending: list[int] | None = None
     carried: torch.Tensor | None = None
-    idle: bool = False  # vLLM's own sampler takes its plain AR steps; its decoder is paused (`CommitProposer.idle`)
+    idle: bool = False  # vLLM's own sampler takes its plain AR steps; its decoder is paused (`CommitProposer.pause`)
 
 
 class CommitProposer(PluginProposer):
@@ -58,10 +58,11 @@ class CommitProposer(PluginProposer):
         self.requests[req_id] = state = CommitRequest(decoder, decoder.next_forward())
         return state
 
-    def idle(self, runner: Any, req_id: str, state: CommitRequest) -> bool:
+    def pause(self, runner: Any, req_id: str, state: CommitRequest) -> bool:
         """Pause the decoder of a request its plan holds at no draft, where vLLM's sampler commits what it would:
-        greedy (the same argmax), nothing adjusting its rows (penalties, biases, a grammar), no logprobs asked. A
-        step in which every request is idle is then vLLM's AR step, with no digest and no planned forward."""
+        greedy (the same argmax), nothing adjusting its rows (penalties, biases, a grammar), no logprobs asked;
+        whether it is paused. A step in which every request is paused is then vLLM's AR step, with no digest and no
+        planned forward."""
         decoder = state.decoder
         if (state.idle or not decoder.sampling.greedy or decoder.reads_logits or state.pending is not None
                 or req_id in runner.input_batch.num_logprobs):
@@ -70,17 +71,9 @@ class CommitProposer(PluginProposer):
         state.idle, state.forward = True, None
         return True
 
-    @staticmethod
-    def wake(runner: Any, req_id: str, state: CommitRequest) -> None:
-        """An idle request's decoder takes the tokens vLLM's sampler committed since it paused."""
-        request, decoder = runner.requests[req_id], state.decoder
-        seen = decoder.num_tokens - len(request.prompt_token_ids)
-        if seen >= 0:
-            decoder.catch_up(list(request.output_token_ids[seen:]))
-        else:  # vLLM made its outputs part of the prompt (a resumed request)
-            decoder.catch_up(list(request.prompt_token_ids[decoder.num_tokens:]) + list(request.output_token_ids))
-        known = len(request.prompt_token_ids) + len(request.output_token_ids)
-        assert decoder.finished or decoder.num_tokens == known, f"request {req_id}: its decoder lost vLLM's tokens"
+    def wake(self, runner: Any, row: int, state: CommitRequest) -> None:
+        """A paused request's decoder takes the tokens vLLM's sampler committed since it paused."""
+        self.catch_up(runner, row, state.decoder)
         state.idle = False
 
     def positions(self, runner: Any, positions: torch.Tensor) -> None:
@@ -127,7 +120,7 @@ class CommitProposer(PluginProposer):
             scheduled = int(queries[row + 1] - queries[row])
             request = runner.requests[req_id]
             if state is not None and state.idle:  # beside requests that draft: its plain step digested with theirs
-                self.wake(runner, req_id, state)
+                self.wake(runner, row, state)
                 state.forward = state.decoder.next_forward()
             if state is None:
                 if request.num_computed_tokens + scheduled >= len(request.prompt_token_ids) and end - start == 1:

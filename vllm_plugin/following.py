@@ -75,12 +75,9 @@ class FollowingProposer(PluginProposer):
             state.decoder.pause()
             state.idle = True
 
-    @staticmethod
-    def wake(runner: Any, row: int, state: FollowedRequest) -> None:
-        """An idle request's decoder takes the tokens committed since it paused."""
-        decoder = state.decoder
-        decoder.catch_up(runner.input_batch.token_ids_cpu[row, decoder.num_tokens:
-                                                          int(runner.input_batch.num_tokens_no_spec[row])].tolist())
+    def wake(self, runner: Any, row: int, state: FollowedRequest) -> None:
+        """A paused request's decoder takes the tokens committed since it paused."""
+        self.catch_up(runner, row, state.decoder)
         state.idle = False
 
     def resume(self, runner: Any, row: int, req_id: str, num_tokens: int) -> FollowedRequest:

@@ -96,6 +96,15 @@ class PluginProposer(runner_hooks.Hooked):
         if report is not None:
             logger.info("parallel-decoding width planner (%s): %s", self.method, report)
 
+    @staticmethod
+    def catch_up(runner: Any, row: int, decoder: Any) -> None:
+        """A paused decoder (`Decoder.pause`) takes the tokens vLLM committed for batch row `row` since it paused,
+        read from the input batch's token ids (the prompt's and the outputs' alike)."""
+        batch = runner.input_batch
+        known = int(batch.num_tokens_no_spec[row])
+        decoder.catch_up(batch.token_ids_cpu[row, decoder.num_tokens : known].tolist())
+        assert decoder.finished or decoder.num_tokens == known, f"row {row}: its decoder lost vLLM's tokens"
+
     def load_model(self, target_model: torch.nn.Module) -> None:
         """vLLM hands the target model over; drafts run it through the runner, which holds it too."""
 

@@ -41,11 +41,11 @@ class QuadraticSelfSpecProposer(CommitProposer):
         drafts = {}
         req_ids = runner.input_batch.req_ids
         for row, state in planned:
-            if state.decoder.width == 0 and self.idle(runner, req_ids[row], state):
+            if state.decoder.width == 0 and self.pause(runner, req_ids[row], state):
                 drafts[row] = []
                 continue
             if state.idle:
-                self.wake(runner, req_ids[row], state)
+                self.wake(runner, row, state)
             state.forward = state.decoder.next_forward()
             drafts[row] = state.forward.token_ids[1:].tolist()
         return drafts
