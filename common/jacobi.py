@@ -182,6 +182,13 @@ class JacobiDecoder(Decoder):
         self.begin(token)
         self.commit([token])
 
+    def catch_up(self, tokens: list[int]) -> None:
+        """As its own plain steps would (`_plain_step`): the blocks move on by one position for each token."""
+        for token in tokens:
+            self.acceptance.record(0, 0)
+            self.advance([token], 1)
+            super().catch_up([token])
+
     def follow(self, predicted: list[int], committed: list[int]) -> None:
         """Engine-driven step: the engine verified `main_drafts()` (or the first of them it scheduled) itself and
         committed `committed`.

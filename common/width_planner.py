@@ -125,6 +125,7 @@ class AcceptanceTable:
         self.free: list[int] = []
         self.counts = torch.zeros(0, 2, max_width, dtype=torch.float64)  # [slot, (tried, accepted), position]
         self.method = torch.zeros(2, max_width, dtype=torch.float64)
+        self.version = 0  # counts every change to the rates of requests already seen
 
     def slot(self, key: str) -> int:
         if key not in self.slots:
@@ -161,11 +162,13 @@ class AcceptanceTable:
         self.counts[slots] = torch.where(drafting, self.counts[slots] * self.decay + step, self.counts[slots])
         if bool(drafting.any()):
             self.method = self.method * self.method_decay + step.sum(0)
+        self.version += 1
 
     def forget(self, keys: list[str] | set[str]) -> None:
         for key in keys:
             if (index := self.slots.pop(key, None)) is not None:
                 self.free.append(index)
+                self.version += 1
 
 
 @dataclass
@@ -212,24 +215,35 @@ class WidthPlanner:
         self.cost = cost or StepCost()
         self.acceptance = acceptance or AcceptanceTable(max_width)
         self.stats = PlannerStats()
+        self._last: tuple[tuple, torch.Tensor, int, int] | None = None  # inputs, widths, AR step, drafts
 
     def plan(self, keys: list[str], limits: torch.Tensor | list[int], seeded: list[bool] | None = None
              ) -> torch.Tensor:
         """Widths [len(keys)], each in 0..min(max_width, its limit). A `seeded` request keeps its limit while the
         cost is measured: its draws, hence its tokens under sampling, must not depend on this process's timings
         (with a fixed `StepCost` the plan is a function of the requests' acceptance, and seeded ones follow it)."""
-        limits = torch.as_tensor(limits, dtype=torch.long).clamp(0, self.max_width)
         if not keys:
-            return limits
+            return torch.as_tensor(limits, dtype=torch.long).clamp(0, self.max_width)
+        # The plan is a function of these: a step like the last (nothing verified since, no refit), as most plain
+        # steps under load are, reuses it instead of recomputing it.
+        inputs = (list(keys), list(limits) if isinstance(limits, list) else limits.tolist(),
+                  None if seeded is None else list(seeded), self.acceptance.version, self.cost.coefficients)
+        if self._last is None or self._last[0] != inputs:
+            widths = self._planned(keys, torch.as_tensor(limits, dtype=torch.long).clamp(0, self.max_width), seeded)
+            self._last = inputs, widths, int(not bool(widths.any())), int(widths.sum())
+        _, widths, ar_step, drafts = self._last
+        self.stats.steps += 1
+        self.stats.ar_steps += ar_step
+        self.stats.drafts += drafts
+        return widths.clone()
+
+    def _planned(self, keys: list[str], limits: torch.Tensor, seeded: list[bool] | None) -> torch.Tensor:
         gains = self.EXPECTED_SHARE * self.acceptance.rates(keys).cumprod(1)  # expected extra tokens per position
         gains = torch.where(torch.arange(self.max_width) < limits[:, None], gains, torch.zeros_like(gains))
         widths = self._uniform(gains) if self.shape.uniform else self._ragged(gains)
         widths = torch.minimum(widths, limits)
         if seeded is not None and self.cost.fixed is None:
             widths = torch.where(torch.tensor(seeded, dtype=torch.bool), limits, widths)
-        self.stats.steps += 1
-        self.stats.ar_steps += int(not bool(widths.any()))
-        self.stats.drafts += int(widths.sum())
         return widths
 
     def _ragged(self, gains: torch.Tensor) -> torch.Tensor:
@@ -283,7 +297,7 @@ class WidthPlanner:
 
     def record(self, keys: list[str], verified: torch.Tensor | list[int], accepted: torch.Tensor | list[int]) -> None:
         """The step's verification: drafts verified and accepted per request."""
-        if keys:
+        if keys and (not isinstance(verified, list) or any(verified)):
             self.acceptance.record(keys, torch.as_tensor(verified, dtype=torch.long),
                                    torch.as_tensor(accepted, dtype=torch.long))
 

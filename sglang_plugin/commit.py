@@ -3,6 +3,10 @@ recycling): each request keeps its decoder, every decode step forwards the decod
 decoder's commits are the step's tokens (possibly none), sampled with the decoder's own seeded generator as
 `common.generate` samples, under the request's structured output if it has one (`own_grammar`, `common.grammar`).
 
+A step in which the width planner holds every request at no draft, each of them greedy and unadjusted, is
+SGLang's own AR step: the decoders pause (`common.decoder.Decoder.pause`), the rows' argmax is committed, and a
+decoder catches up on those tokens when it drafts again (`PooledDecoder.wake`).
+
 SGLang holds the KV of all its tokens but the last; a decoder may count more tokens as cached than SGLang's
 pool has (KV written in scratch slots, or never written). Those rows are recomputed at the front of the next
 window (`common.window.after_rows`), and a token is handed to SGLang only once the KV before it is in the pool.
@@ -46,6 +50,7 @@ class PooledDecoder:
     logprobs: dict[int, Entry] = field(default_factory=dict)
     logged: int = 0
     carried: tuple[int, torch.Tensor] | None = None
+    paused: bool = False  # SGLang's decode forward takes its plain AR steps (`CommitWorker.pauses`)
 
     def window(self) -> Forward:
         """The decoder's next forward (none once it finished) after the cached rows the pool lacks."""
@@ -57,6 +62,26 @@ class PooledDecoder:
     def digested(self, window: Forward) -> None:
         """The window's KV is now pooled (its decoder, if it planned one, has digested the window's rows)."""
         self.pooled = self.pooled + window.num_tokens if self.planned is None else self.decoder.cache_len
+
+    def pausable(self, req: Any, seq_len: int) -> bool:
+        """Whether its decoder, held at no draft, may pause for plain AR steps that SGLang's decode forward runs and
+        the row's argmax commits: that is what it would commit (greedy, no penalty, bias or grammar; no logprobs
+        asked), and SGLang holds its every token, with the KV of all but the last."""
+        decoder = self.decoder
+        return (not decoder.finished and decoder.sampling.greedy and not decoder.reads_logits and self.asked is None
+                and self.pooled == seq_len == decoder.num_tokens - 1
+                and decoder.num_tokens == len(req.origin_input_ids) + len(req.output_ids))
+
+    def pause(self) -> None:
+        self.decoder.pause()
+        self.paused, self.planned = True, None
+
+    def wake(self, req: Any) -> None:
+        """A paused decoder takes the tokens SGLang committed since it paused (all of them pooled but the last)."""
+        decoder = self.decoder
+        decoder.catch_up(req.output_ids[decoder.num_tokens - len(req.origin_input_ids) :])
+        assert decoder.num_tokens == len(req.origin_input_ids) + len(req.output_ids), "a paused request lost a token"
+        self.pooled, self.paused = decoder.cache_len, False
 
     def emittable(self, emitted: int) -> list[int]:
         """Committed tokens SGLang may take now, `emitted` being its output length: every token before the last
@@ -76,6 +101,7 @@ class CommitWorker(PluginWorker):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.paused_steps = 0  # decode steps run as SGLang's AR step, every request's decoder paused
         self.planner = None
         if getattr(self.config, "mode", None) == "quadratic":
             self.planner = planner_for(self.config, self.config.num_speculative_tokens,
@@ -88,6 +114,10 @@ class CommitWorker(PluginWorker):
         if self.planner is not None:
             self.planner.forget([rid])
 
+    def describe_planner(self) -> dict[str, float] | None:
+        described = super().describe_planner()
+        return None if described is None else {**described, "paused_steps": self.paused_steps}
+
     def forward_batch_generation(self, batch: Any, on_publish: Any = None, pp_proxy_tensors: Any = None) -> Any:
         if not batch.forward_mode.is_decode():
             return self.prefill(batch, on_publish)
@@ -97,13 +127,37 @@ class CommitWorker(PluginWorker):
                    if state is not None and isinstance(state.decoder, QuadraticSelfSpecDecoder | JacobiDecoder)]
         if self.planner is not None and planned:
             cap_widths(self.planner, [rid for rid, _ in planned], [decoder for _, decoder in planned])
-        width = self.step(batch, states)
+        if self.pauses(batch, states):  # SGLang's AR step: its decode forward, each row's argmax
+            logits = self.run_decode(batch, torch.tensor([req.output_ids[-1] for req in batch.reqs]))
+            width, committed, logprobs = 1, [[token] for token in logits[:, 0].max(-1).indices.tolist()], None
+            self.paused_steps += 1
+        else:
+            for req, state in zip(batch.reqs, states, strict=True):
+                if state is not None and state.paused:
+                    state.wake(req)
+            width = self.step(batch, states)
+            committed = [state.emittable(len(req.output_ids)) for req, state in zip(batch.reqs, states, strict=True)]
+            logprobs = emitted_logprobs(batch.reqs, states, committed)
         if self.planner is not None:
             report = self.planner.observe(len(states) * width, 0, time.perf_counter() - started)
             if report is not None:
                 logger.info("parallel-decoding width planner (%s): %s", self.mode, report)
-        committed = [state.emittable(len(req.output_ids)) for req, state in zip(batch.reqs, states, strict=True)]
-        return self.result(batch, committed, on_publish, emitted_logprobs(batch.reqs, states, committed))
+        return self.result(batch, committed, on_publish, logprobs)
+
+    def pauses(self, batch: Any, states: list[PooledDecoder | None]) -> bool:
+        """Whether every request of the step is held at no draft and paused (pausing those not yet,
+        `PooledDecoder.pausable`), so that the step is SGLang's own AR step: no window planned, no row digested.
+        Where SGLang replays decode graphs captured for our window's width (`decodes_plainly`) nothing pauses."""
+        if (self.planner is None or not self.decodes_plainly
+                or not all(state is not None and getattr(state.decoder, "draft_cap", None) == 0 for state in states)):
+            return False
+        fresh = [row for row, state in enumerate(states) if not state.paused]
+        lens = batch.seq_lens.tolist() if fresh else []
+        if not all(states[row].pausable(batch.reqs[row], lens[row]) for row in fresh):
+            return False
+        for row in fresh:
+            states[row].pause()
+        return True
 
     def step(self, batch: Any, states: list[PooledDecoder | None], scratch: bool = False) -> int:
         """One forward of every given request's window (None: padding only), in SGLang's reserved slots or,
@@ -211,6 +265,8 @@ class CommitWorker(PluginWorker):
         for row, (req, length) in enumerate(zip(batch.reqs, lengths, strict=True)):
             prompt = list(req.origin_input_ids) + list(req.output_ids)
             state = self.held(req)
+            if state is not None and state.paused:  # retracted while paused
+                state.wake(req)
             if length == len(prompt) and state is None:
                 limits = Limits(max_tokens=req.sampling_params.max_new_tokens - len(req.output_ids),
                                 context=self.model_runner.model_config.context_len)

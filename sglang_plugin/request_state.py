@@ -25,6 +25,6 @@ def report_entries(result: Any, controller: Any, state: dict[str, Any]) -> None:
     worker = _worker(controller.scheduler)
     if worker is not None:
         state["parallel_decoding_entries"] = {"requests": len(worker.requests)}
-        planner = getattr(worker, "planner", None)
-        if planner is not None:
-            state["parallel_decoding_width_planner"] = planner.describe()
+        described = worker.describe_planner()
+        if described is not None:
+            state["parallel_decoding_width_planner"] = described

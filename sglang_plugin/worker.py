@@ -130,6 +130,11 @@ class PluginWorker(BaseSpecWorker):
     def dropped(self, rid: str) -> None:
         """A request's state was let go."""
 
+    def describe_planner(self) -> dict[str, float] | None:
+        """The width planner's choices and cost model (`WidthPlanner.describe`), None where the mode has none."""
+        planner = getattr(self, "planner", None)
+        return None if planner is None else planner.describe()
+
     def run_window(self, batch: Any, tokens: torch.Tensor, visible: torch.Tensor, positions: torch.Tensor | None = None,
                    starts: torch.Tensor | None = None, locations: torch.Tensor | None = None) -> torch.Tensor:
         """Forward `tokens` [bs, W], row i of request r at physical position `starts[r] + i` (default: after the

@@ -183,3 +183,32 @@ def test_quadratic_rows_grow_with_the_square_of_the_width():
     assert 0 < quadratic.plan(KEYS, [8] * 4).max() < linear.plan(KEYS, [8] * 4).min()
     uniform = planner((1.0, 0.01, 0.0), Shape(quadratic=True, uniform=True)).plan(KEYS, [8] * 4)
     assert len(set(uniform.tolist())) == 1 and 0 < uniform[0] < 8
+
+
+
+def test_a_step_like_the_last_reuses_its_plan_and_any_change_redoes_it(monkeypatch):
+    """Plans are reused while their inputs stand (keys, limits, acceptance, cost model): through steps that draft or
+    not, accept or not, change the batch and refit the cost, every plan equals one computed afresh; steps with
+    nothing verified and no refit between them (plain steps under load) compute it once."""
+    plan, generator, widths_seen = WidthPlanner(8, Shape(), StepCost()), torch.Generator().manual_seed(3), set()
+    computed, planned = [], plan._planned
+    monkeypatch.setattr(plan, "_planned", lambda *args: computed.append(args) or planned(*args))
+    for step in range(240):
+        keys = KEYS[: 2 + step // 80][:: 1 - 2 * ((step + 10) // 40 % 2)]  # more requests, in another order
+        limits = [1 + step // 20 % 8] * len(keys)
+        widths = plan.plan(keys, limits)
+        assert widths.tolist() == planned(keys, torch.tensor(limits), None).tolist(), step
+        widths_seen.add(tuple(widths.tolist()))
+        accepted = torch.randint(0, 9, (len(keys),), generator=generator).minimum(widths)
+        accepted = torch.where(torch.tensor([key == "a" for key in keys]), widths, accepted // 3).tolist()
+        verified = widths.tolist() if step % 4 == 0 else [0] * len(keys)  # steps that verify nothing between
+        plan.record(keys, verified, accepted)
+        rows = len(keys) + int(widths.sum())
+        plan.observe(rows, 0, 0.01 * (1 + 0.002 * rows * (1 + step // 30)))
+    assert len(widths_seen) >= 3 and 0 < len(computed) < 180
+    plan.plan(keys, limits)
+    before = len(computed)
+    for _ in range(5):
+        plan.record(keys, [0] * len(keys), [0] * len(keys))
+        plan.plan(keys, limits)
+    assert len(computed) == before

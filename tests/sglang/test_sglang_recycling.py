@@ -4,7 +4,8 @@ vocabulary-8 model, where rejected tails recur and branches win often, 32 greedy
 flight give exactly the tokens of `common/`'s Jacobi decoder, the greedy ones those of plain greedy decoding. On a
 model whose greedy output walks cycles, the pool lifts tokens per forward well above plain Jacobi's, with the
 reference runner's forward count (plus at most one per request). Its width planner decides what is forwarded: with
-rows dear every step is a plain AR step, with rows free each forwards what `adaptive: false` does.
+rows dear every step is a plain AR step (SGLang's own, the decoders paused), with rows free each forwards what
+`adaptive: false` does.
 
 Runs in the SGLang environment (see `tests/sglang/test_sglang_server.py`)."""
 
@@ -81,7 +82,7 @@ def test_the_width_planner_decides_what_is_forwarded(cyclic, cpu_engine_env):
     path, model, prompts = cyclic
     settings = {"block_size": 8, "num_blocks": 2, "spawn_ratio": 0.5, "pool_size": 4, "verification_size": 4}
     ar = [run(model, "ar", None, p, 0.0, 32).token_ids for p in prompts]
-    steps = {}
+    steps, paused = {}, {}
     for label, extra in {"dear": {"step_cost": [0.01, 1.0, 1.0]}, "free": {"step_cost": [1.0, 0.0, 0.0]},
                          "fixed": {"adaptive": False}}.items():
         engine = sglang.Engine(model_path=str(path), decode_mode="jacobi", decode_config={**settings, **extra},
@@ -89,8 +90,11 @@ def test_the_width_planner_decides_what_is_forwarded(cyclic, cpu_engine_env):
         try:
             outputs = engine.generate(input_ids=prompts, sampling_params={"temperature": 0, "max_new_tokens": 32,
                                                                           "ignore_eos": True})
+            planner = engine.get_server_info()["internal_states"][0].get("parallel_decoding_width_planner", {})
         finally:
             engine.shutdown()
         assert [out["output_ids"] for out in outputs] == ar, label
         steps[label] = sum(out["meta_info"]["spec_verify_ct"] for out in outputs)
+        paused[label] = planner.get("paused_steps", 0)
     assert steps["dear"] == 31 * len(prompts) and steps["free"] == steps["fixed"] < steps["dear"] // 2
+    assert paused["dear"] == 31 and paused["free"] == paused["fixed"] == 0  # dear: SGLang's AR steps, decoders paused

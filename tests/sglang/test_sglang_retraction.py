@@ -14,7 +14,7 @@ import pytest
 from scripts.sglang_server import sglang_server
 from tests.support import ties
 from tests.support.reference_cli import SEED, reference, settings
-from tests.support.sglang_client import PRESSURE_ARGS, PRESSURE_ENV, generate
+from tests.support.sglang_client import PRESSURE_ARGS, PRESSURE_ENV, generate, server_info
 
 MAX_TOKENS = 29
 CASES = [
@@ -23,11 +23,15 @@ CASES = [
     ({"method": "jacobi", "block_size": 4}, (0.0,)),
     ({"method": "diffusion_self", "num_speculative_tokens": 4}, (0.0,)),
     ({"method": "jacobi", "block_size": 3, "pool_size": 16, "verification_size": 8}, (0.0, 1.0)),
+    # Rows dear: every request held at no draft, most steps SGLang's own with the decoders paused, retracted too.
+    ({"method": "jacobi", "block_size": 3, "pool_size": 16, "verification_size": 8, "step_cost": [0.01, 1.0, 1.0]},
+     (0.0,)),
 ]
 
 
 @pytest.mark.parametrize(("spec", "temperatures"), CASES,
-                         ids=["wedlm", "diffusion", "jacobi", "diffusion_self", "jacobi-recycling"])
+                         ids=["wedlm", "diffusion", "jacobi", "diffusion_self", "jacobi-recycling",
+                              "jacobi-recycling-paused"])
 def test_retracted_requests_give_the_reference_tokens(engine_dir, prompts, tmp_path, monkeypatch, spec,
                                                       temperatures):
     for name, value in PRESSURE_ENV.items():
@@ -42,10 +46,14 @@ def test_retracted_requests_give_the_reference_tokens(engine_dir, prompts, tmp_p
         got = list(pool.map(lambda r: generate(client, r[0], temperature=r[1], sampling_seed=SEED,
                                                 max_new_tokens=MAX_TOKENS)["output_ids"],
                             requests))
+        planner = server_info(client)["internal_states"][0].get("parallel_decoding_width_planner", {})
     text = log.read_text()
     full = [int(n) for n in re.findall(r"Retract requests\. #retracted_reqs: (\d+)", text)]
     forced = [int(n) for n in re.findall(r"Testing retraction\. #retracted_reqs: (\d+)", text)]
     print(f"{spec['method']}: {sum(full)} requests retracted when the pool was full ({len(full)} times, at most "
           f"{max(full, default=0)} at once), {sum(forced)} more by the test switch")
     assert sum(full) + sum(forced) >= 8  # repeatedly, while many requests run
+    if "step_cost" in spec:
+        print(f"paused steps: {planner['paused_steps']} of {planner['steps']}")
+        assert planner["paused_steps"] >= 0.9 * planner["steps"]
     ties.compare(got, expected, margins)

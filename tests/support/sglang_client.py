@@ -19,6 +19,13 @@ def generate(client, prompt: str | list[int], **params) -> dict:
         return json.load(response)
 
 
+def server_info(client) -> dict:
+    """SGLang's `/get_server_info` (its scheduler's `internal_states` carry our worker's entries)."""
+    url = str(client.base_url).removesuffix("/").removesuffix("/v1") + "/get_server_info"
+    with urllib.request.urlopen(url, timeout=60) as response:
+        return json.load(response)
+
+
 # A pool a few requests fill, and SGLang's admission estimate made optimistic, so running requests get retracted;
 # and SGLang's own test switch, which retracts a request every few steps besides.
 PRESSURE_ARGS = [*CPU_ARGS, "--max-total-tokens", "256", "--schedule-conservativeness", "0.05"]
