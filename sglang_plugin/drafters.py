@@ -28,6 +28,7 @@ class Drafter:
     the planned widths (`draft`), and the rows of its own forward in the last `draft` (`forwarded_rows`)."""
 
     forwarded_rows = 0
+    paused_request_steps = 0  # a request's steps that its paused decoder did not follow
 
     def __init__(self, config: Any, worker: Any) -> None:
         self.config, self.worker = config, worker
@@ -86,16 +87,48 @@ class DiffusionSelfDrafter(Drafter):
 class FollowingDrafter(Drafter):
     """A `common/` decoder per request (`decoder_class`) whose drafts are verified, which then follows the
     committed run and what the verify forward showed it; resumed from the request's tokens when it has none or
-    lost track of them (a retraction)."""
+    lost track of them (a retraction).
+
+    A greedy request's plain AR step (no draft planned) shows its decoder nothing but its token, so the decoder
+    pauses instead of following it (`Decoder.pause`): while the planner holds the request at no draft its steps
+    cost no per-request work here, and the decoder catches up on the request's tokens when it drafts again."""
 
     decoder_class: type[Decoder]
 
     def decoder(self, req: Any, state: RequestState) -> Any:
-        if state.decoder is None or state.decoder.num_tokens != len(req.origin_input_ids) + len(req.output_ids):
+        known = len(req.origin_input_ids) + len(req.output_ids)
+        if state.paused:
+            decoder = state.decoder
+            decoder.catch_up(req.output_ids[decoder.num_tokens - len(req.origin_input_ids) :])
+            assert decoder.num_tokens == known, "a paused request lost a token"
+            state.paused = False
+        if state.decoder is None or state.decoder.num_tokens != known:
             tokens = list(req.origin_input_ids) + list(req.output_ids)
             state.decoder = self.decoder_class.resume(tokens, state.sampling, Limits(max_tokens=allowed(req) + 1),
                                                       self.config, state.generator)
         return state.decoder
+
+    def limits(self, reqs: list, states: list[RequestState]) -> list[int]:
+        """Each request's most drafts: a paused decoder's configured most, without waking it."""
+        return [min(state.decoder.most_drafts, allowed(req)) if state.paused
+                else self.limit(req, self.decoder(req, state)) for req, state in zip(reqs, states, strict=True)]
+
+    def limit(self, req: Any, decoder: Any) -> int:
+        """A following decoder's most drafts this step."""
+        raise NotImplementedError
+
+    def follows(self, states: list[RequestState], drafts: list[Drafts]) -> list[int]:
+        """The rows whose decoders follow this step; a greedy request's plain step pauses its decoder instead."""
+        rows = []
+        for row, (state, d) in enumerate(zip(states, drafts, strict=True)):
+            if not state.paused and (d.tokens or not state.sampling.greedy):
+                rows.append(row)
+                continue
+            if not state.paused:
+                state.decoder.pause()
+                state.paused = True
+            self.paused_request_steps += 1
+        return rows
 
 
 class JacobiDrafter(FollowingDrafter):
@@ -103,21 +136,22 @@ class JacobiDrafter(FollowingDrafter):
 
     decoder_class = JacobiDecoder
 
-    def limits(self, reqs: list, states: list[RequestState]) -> list[int]:
-        return [min(len(self.decoder(req, state).main_drafts()), allowed(req))
-                for req, state in zip(reqs, states, strict=True)]
+    def limit(self, req: Any, decoder: Any) -> int:
+        return min(len(decoder.main_drafts()), allowed(req))
 
     def draft(self, batch: Any, reqs: list, states: list[RequestState], seeds: list[int], widths: list[int]
               ) -> list[Drafts]:
         """The leading `widths` of each decoder's drafts: the decoder follows whatever prefix was verified."""
-        return [Drafts(state.decoder.main_drafts()[:w]) for state, w in zip(states, widths, strict=True)]
+        return [Drafts(self.decoder(req, state).main_drafts()[:w] if w else [])
+                for req, state, w in zip(reqs, states, widths, strict=True)]
 
     def after_verify(self, reqs: list, states: list, logits: torch.Tensor, predicted: torch.Tensor, drafts: list,
                      committed: list) -> None:
         """The decoder follows the committed run and, from each verified row, the greedy argmax (`predicted`
         [bs, W]) or a sample."""
         rows = predicted.tolist()
-        for row, (state, d, run) in enumerate(zip(states, drafts, committed, strict=True)):
+        for row in self.follows(states, drafts):
+            state, d, run = states[row], drafts[row], committed[row]
             n = len(d.tokens) + 1
             if state.sampling.greedy:
                 followed = rows[row][:n]
@@ -133,10 +167,9 @@ class WeDLMSpecDrafter(FollowingDrafter):
 
     decoder_class = WeDLMSpecDecoder
 
-    def limits(self, reqs: list, states: list[RequestState]) -> list[int]:
+    def limit(self, req: Any, decoder: Any) -> int:
         """Its most drafts (its window's mask slots follow them)."""
-        return [0 if (d := self.decoder(req, state)).finished else d.most_drafts
-                for req, state in zip(reqs, states, strict=True)]
+        return 0 if decoder.finished else decoder.most_drafts
 
     def draft(self, batch: Any, reqs: list, states: list[RequestState], seeds: list[int], widths: list[int]
               ) -> list[Drafts]:
@@ -144,6 +177,9 @@ class WeDLMSpecDrafter(FollowingDrafter):
         window where the mode does not adapt), the mask slots not counted as drafts."""
         drafts = []
         for req, state, width in zip(reqs, states, widths, strict=True):
+            if state.paused and not width:
+                drafts.append(Drafts([], verifies=0))
+                continue
             decoder: Capped = self.decoder(req, state)
             if self.config.adapts:
                 decoder.cap(width)
@@ -159,7 +195,8 @@ class WeDLMSpecDrafter(FollowingDrafter):
 
     def after_verify(self, reqs: list, states: list, logits: torch.Tensor, predicted: torch.Tensor, drafts: list,
                      committed: list) -> None:
-        for row, (state, d, run) in enumerate(zip(states, drafts, committed, strict=True)):
+        for row in self.follows(states, drafts):
+            state, d, run = states[row], drafts[row], committed[row]
             slots = logits[row, state.decoder.drafts.numel() + 2 : len(d.tokens) + 1]
             state.decoder.follow(run, slots.float().cpu())
 

@@ -25,8 +25,10 @@ class Drafts:
 @dataclass
 class RequestState:
     """A request's sampling, its generator, and the `common/` decoder of a drafter that follows the verifications
-    (Jacobi, WeDLM-drafted speculation; None for the others)."""
+    (Jacobi, WeDLM-drafted speculation; None for the others), `paused` while it follows none of the request's plain
+    AR steps (`sglang_plugin.drafters.FollowingDrafter`)."""
 
     sampling: SamplingParams
     generator: torch.Generator
     decoder: Decoder | None = None
+    paused: bool = False

@@ -72,6 +72,10 @@ class VerifyWorker(PluginWorker):
         if self.planner is not None:
             self.planner.forget([rid])
 
+    def describe_planner(self) -> dict[str, float] | None:
+        described = super().describe_planner()
+        return None if described is None else {**described, "paused_request_steps": self.drafter.paused_request_steps}
+
     def state(self, req: Any) -> RequestState:
         state = self.held(req)
         if state is None:

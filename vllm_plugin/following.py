@@ -63,9 +63,29 @@ class FollowingProposer(PluginProposer):
 
     def capped(self, runner: Any, scheduler_output: Any, sampled_token_ids: list[list[int]], drafts: list[list[int]],
                states: list[FollowedRequest | None]) -> list[list[int]]:
-        """The drafts vLLM schedules: each request's leading ones, as many as the planner gives it (`widths`)."""
-        widths = self.widths(runner, scheduler_output, sampled_token_ids, [len(d) for d in drafts])
-        return [d[:w] for d, w in zip(drafts, widths, strict=True)]
+        """The drafts vLLM schedules: each request's leading ones, as many as the planner gives it (`widths`, a
+        paused request's limit its configured most); a request held at no draft pauses, a paused one given drafts
+        wakes."""
+        if self.planner is None:
+            return drafts
+        limits = [state.decoder.most_drafts if state is not None and state.idle else len(d)
+                  for d, state in zip(drafts, states, strict=True)]
+        widths = self.widths(runner, scheduler_output, sampled_token_ids, limits)
+        for row, (state, width) in enumerate(zip(states, widths, strict=True)):
+            if state is not None and not state.decoder.finished:
+                drafting = self.drafts_again(runner, row, state, width)
+                drafts[row] = self.drafts_of(state.decoder)[:width] if drafting else []
+        return drafts
+
+    def drafts_again(self, runner: Any, row: int, state: FollowedRequest, width: int) -> bool:
+        """Whether a request drafts this step: one the planner holds at no draft pauses, a paused one given drafts
+        wakes."""
+        if width == 0:
+            self.pause(state)
+            return False
+        if state.idle:
+            self.wake(runner, row, state)
+        return True
 
     @staticmethod
     def pause(state: FollowedRequest) -> None:

@@ -37,13 +37,8 @@ class WeDLMSpecProposer(FollowingProposer):
                    [states[row].decoder for row in rows])
         for row in rows:
             state = states[row]
-            if state.decoder.draft_cap == 0:
-                self.pause(state)
-                drafts[row] = []
-                continue
-            if state.idle:
-                self.wake(runner, row, state)
-            drafts[row] = self.drafts_of(state.decoder)
+            drafting = self.drafts_again(runner, row, state, state.decoder.draft_cap)
+            drafts[row] = self.drafts_of(state.decoder) if drafting else []
         return drafts
 
     def before_sample(self, runner: Any, logits: torch.Tensor, metadata: Any) -> None:

@@ -63,6 +63,34 @@ def test_the_width_planner_decides_what_is_forwarded(engine_dir, prompts, cpu_en
     assert steps["dear"] == 19 * len(ids) and steps["free"] == steps["fixed"] < steps["dear"]
 
 
+@pytest.mark.parametrize("spec", [
+    {"method": "jacobi", "block_size": 4, "step_cost": [1.0, 0.5, 0.0]},
+    {"method": "jacobi", "block_size": 3, "pool_size": 16, "verification_size": 2, "step_cost": [1.0, 0.1, 0.0]},
+    {"method": "wedlm_spec", "window": 4, "step_cost": [1.0, 0.1, 0.0]},
+], ids=["jacobi", "jacobi-recycling", "wedlm_spec"])
+def test_paused_decoders_catch_up_when_the_batch_shrinks(engine_dir, prompts, cpu_engine_env, spec):
+    """Rows priced so that a batch of four or more takes plain AR steps and one of two drafts (`step_cost`): requests
+    of three lengths pause their decoders while the batch is full, then catch up and draft once the short ones have
+    finished; AR's tokens throughout."""
+    model, tokenizer = load(engine_dir["qwen3"])
+    ids = [tokenizer.encode(prompt) for prompt in prompts[:6]]
+    lengths = [6, 6, 12, 12, 24, 24]
+    expected = [ReferenceRunner(model).run(make_decoder("ar", parse_config("ar"), p, SamplingParams(), Limits(n)))
+                for p, n in zip(ids, lengths, strict=True)]
+    config = {k: v for k, v in spec.items() if k != "method"}
+    engine = sglang.Engine(model_path=str(engine_dir["qwen3"]), decode_mode=spec["method"], decode_config=config,
+                           **CPU_KWARGS)
+    try:
+        outputs = engine.generate(input_ids=ids, sampling_params=[
+            {"temperature": 0, "max_new_tokens": n, "ignore_eos": True} for n in lengths])
+        planner = engine.get_server_info()["internal_states"][0]["parallel_decoding_width_planner"]
+    finally:
+        engine.shutdown()
+    ties.compare([out["output_ids"] for out in outputs], [e.token_ids for e in expected], [e.margins for e in expected])
+    paused = planner.get("paused_steps", planner.get("paused_request_steps"))
+    assert paused >= 5 and planner["drafts_per_step"] > 0, planner
+
+
 @pytest.mark.parametrize(("kwargs", "message"), [
     ({"decode_mode": "assd"}, "decode_mode must be one of"),
     ({"decode_config": {"window": 4}}, "decode_config needs decode_mode"),
