@@ -31,7 +31,7 @@ from parallel_decoding.common.row_stats import apply_rows, rows_of
 from parallel_decoding.common.width_planner import Shape, cap_widths, planner_for
 from parallel_decoding.common.window import Attention, Forward, after_rows
 from parallel_decoding.sglang_plugin.logprobs import MISSING, Asked, Entry, asked, entries
-from parallel_decoding.sglang_plugin.worker import PluginWorker, sampling_of
+from parallel_decoding.sglang_plugin.worker import PluginWorker, catch_up, sampling_of
 
 logger = logging.getLogger(__name__)
 
@@ -78,10 +78,8 @@ class PooledDecoder:
 
     def wake(self, req: Any) -> None:
         """A paused decoder takes the tokens SGLang committed since it paused (all of them pooled but the last)."""
-        decoder = self.decoder
-        decoder.catch_up(req.output_ids[decoder.num_tokens - len(req.origin_input_ids) :])
-        assert decoder.num_tokens == len(req.origin_input_ids) + len(req.output_ids), "a paused request lost a token"
-        self.pooled, self.paused = decoder.cache_len, False
+        catch_up(self.decoder, req)
+        self.pooled, self.paused = self.decoder.cache_len, False
 
     def emittable(self, emitted: int) -> list[int]:
         """Committed tokens SGLang may take now, `emitted` being its output length: every token before the last

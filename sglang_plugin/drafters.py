@@ -16,6 +16,7 @@ from parallel_decoding.common.wedlm_spec import WeDLMSpecDecoder
 from parallel_decoding.common.width_planner import Capped
 from parallel_decoding.common.window import rectangular
 from parallel_decoding.sglang_plugin.drafts import Drafts, RequestState
+from parallel_decoding.sglang_plugin.worker import catch_up
 
 
 def allowed(req: Any) -> int:
@@ -96,13 +97,10 @@ class FollowingDrafter(Drafter):
     decoder_class: type[Decoder]
 
     def decoder(self, req: Any, state: RequestState) -> Any:
-        known = len(req.origin_input_ids) + len(req.output_ids)
         if state.paused:
-            decoder = state.decoder
-            decoder.catch_up(req.output_ids[decoder.num_tokens - len(req.origin_input_ids) :])
-            assert decoder.num_tokens == known, "a paused request lost a token"
+            catch_up(state.decoder, req)
             state.paused = False
-        if state.decoder is None or state.decoder.num_tokens != known:
+        if state.decoder is None or state.decoder.num_tokens != len(req.origin_input_ids) + len(req.output_ids):
             tokens = list(req.origin_input_ids) + list(req.output_ids)
             state.decoder = self.decoder_class.resume(tokens, state.sampling, Limits(max_tokens=allowed(req) + 1),
                                                       self.config, state.generator)

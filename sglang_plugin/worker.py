@@ -45,6 +45,13 @@ def sampling_of(req: Any, adjustments: bool = False, resumed: bool = True) -> Sa
                    min_tokens=max(int(params.min_new_tokens) - done, 0), stop_token_ids=stop_ids(req))
 
 
+def catch_up(decoder: Any, req: Any) -> None:
+    """A paused decoder (`common.decoder.Decoder.pause`) takes the tokens SGLang committed for `req` since it
+    paused; a token lost on the way fails here rather than in the text."""
+    decoder.catch_up(req.output_ids[decoder.num_tokens - len(req.origin_input_ids) :])
+    assert decoder.num_tokens == len(req.origin_input_ids) + len(req.output_ids), "a paused request lost a token"
+
+
 def stop_ids(req: Any) -> tuple[int, ...]:
     """What SGLang's `min_new_tokens` holds back: the request's stop tokens and its EOS ids."""
     ids = set(req.sampling_params.stop_token_ids or ()) | set(req.eos_token_ids or ())

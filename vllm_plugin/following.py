@@ -73,8 +73,9 @@ class FollowingProposer(PluginProposer):
         widths = self.widths(runner, scheduler_output, sampled_token_ids, limits)
         for row, (state, width) in enumerate(zip(states, widths, strict=True)):
             if state is not None and not state.decoder.finished:
+                woken = state.idle  # its drafts are the decoder's once it has caught up
                 drafting = self.drafts_again(runner, row, state, width)
-                drafts[row] = self.drafts_of(state.decoder)[:width] if drafting else []
+                drafts[row] = (self.drafts_of(state.decoder) if woken else drafts[row])[:width] if drafting else []
         return drafts
 
     def drafts_again(self, runner: Any, row: int, state: FollowedRequest, width: int) -> bool:
