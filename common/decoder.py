@@ -39,6 +39,10 @@ class Decoder(margins.DecisionMargins, ABC):
     cache to `cache_len` (the method says how many forwarded rows stay valid via `Outcome.kv_keep`).
     """
 
+    # Whether the drafts it proposes next come from a forward that drafted: Jacobi's are stale after a plain step
+    # or a pause, and what such drafts accept is not what drafting accepts (a width planner does not learn from it).
+    iterated = True
+
     def __init__(self, prompt: list[int], sampling: SamplingParams, limits: Limits) -> None:
         require(len(prompt) > 0, "prompt", "at least one token", prompt)
         self.prompt = list(prompt)

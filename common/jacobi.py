@@ -100,6 +100,7 @@ class JacobiDecoder(Decoder):
         self._main: list[int] = []  # the planned forward's main drafts (`main_drafts` when it was planned)
         self.draft_cap: int | None = None  # an engine's width planner's, set before each forward it plans
         self.verified = (0, 0)  # the last step's drafts verified and accepted, for an engine's planner
+        self.iterated = False  # `Decoder.iterated`: its first drafts are copies of the first token
 
     @property
     def next_position(self) -> int:
@@ -176,6 +177,7 @@ class JacobiDecoder(Decoder):
         """Open the first block after the prompt's first token: n copies of it as drafts."""
         self.fixed_ra_end = len(self.prompt) + 1 + self.config.block_size
         self.ra_drafts = [first] * self.config.block_size
+        self.iterated = False
 
     def resumed(self, token: int) -> None:
         """The block opens after `token` (as after the prefill's first token)."""
@@ -188,6 +190,7 @@ class JacobiDecoder(Decoder):
             self.acceptance.record(0, 0)
             self.advance([token], 1)
             super().catch_up([token])
+        self.iterated = False
 
     def follow(self, predicted: list[int], committed: list[int]) -> None:
         """Engine-driven step: the engine verified `main_drafts()` (or the first of them it scheduled) itself and
@@ -198,6 +201,7 @@ class JacobiDecoder(Decoder):
         """
         drafts = len(predicted) - 1
         self.acceptance.record(drafts, len(committed) - 1)
+        self.iterated = drafts > 0
         if self.config.pool_size and len(committed) <= drafts:
             self.recycle(committed, predicted, drafts + 1)
         self.advance(predicted, len(committed))
@@ -284,6 +288,7 @@ class JacobiDecoder(Decoder):
         self.note_margin(margin)
         self.acceptance.record(0, 0)
         self.verified = (0, 0)
+        self.iterated = False
         n_pending = self.num_tokens - self.cache_len
         self.advance([token], 1)
         return Outcome([token], kv_keep=n_pending)
@@ -300,7 +305,9 @@ class JacobiDecoder(Decoder):
             committed = verify(torch.tensor(drafts, dtype=torch.long), rows.logits[option_rows], self.sampling,
                                self.generator)
         self.acceptance.record(len(drafts), len(committed) - 1)
-        self.verified = (len(drafts), len(committed) - 1)
+        # A planner learns what iterated drafts accept; stale ones (after a plain step) only refresh them.
+        self.verified = (len(drafts), len(committed) - 1) if self.iterated else (0, 0)
+        self.iterated = bool(drafts)
         # The next drafts come from the winning option's rows where it has them, the main window's after.
         window = torch.tensor(option_rows + list(range(len(option_rows), n_main)))
         predicted = (rows.token[window] if self.sampling.greedy

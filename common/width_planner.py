@@ -20,11 +20,11 @@ from parallel_decoding.common.errors import require
 
 
 def check_step_cost(step_cost: object) -> None:
-    """A method config's `step_cost`: None (measured) or three seconds >= 0 (per step, per row, per extra forward)."""
+    """A method config's `step_cost`: None (measured) or three seconds >= 0 (per step, per row, per drafting step)."""
     require(step_cost is None or (isinstance(step_cost, list | tuple) and len(step_cost) == 3
                                   and all(isinstance(v, int | float) and v >= 0 for v in step_cost)
                                   and step_cost[0] > 0),
-            "step_cost", "null or [seconds per step > 0, per row >= 0, per extra forward >= 0]", step_cost)
+            "step_cost", "null or [seconds per step > 0, per row >= 0, per drafting step >= 0]", step_cost)
 
 
 @dataclass(frozen=True)
@@ -53,54 +53,58 @@ class Shape:
 
 
 class StepCost:
-    """Seconds of a step as `base + per_row * rows + per_forward * extra_forwards`, least squares over the last
-    `window` measured steps plus a prior (a wide step of 16 rows costs 1.4x one row; an extra forward costs a
-    base) worth `prior_weight` steps at the measured scale, which settles what the steps seen cannot (all of one
-    width). `fixed` coefficients are used as given and never refitted (tests, reproducing a run). The fit is redone
-    as steps come in, every `REFIT_EVERY` of them once there are enough (a step's planning should cost next to
-    nothing beside a GPU's forward)."""
+    """Seconds of a step as `base + per_row * rows + per_drafting * drafting`, least squares over the last
+    `window` measured steps plus a prior worth `prior_weight` steps at the measured scale, which settles what the
+    steps seen cannot (all of one width). `drafting` is 1 for a step that verifies drafts: what it costs beyond its
+    rows, a draft forward of its own (linear `diffusion_self`) or the engine's path for windows instead of its plain
+    decode step. The prior: a wide step of 16 rows costs 1.4x one row, a drafting step a base more with a draft
+    forward (`PRIOR`), a quarter of one without (`PRIOR_ONE_FORWARD`). `fixed` coefficients are used as given and
+    never refitted (tests, reproducing a run). The fit is redone as steps come in, every `REFIT_EVERY` of them once
+    there are enough (a step's planning should cost next to nothing beside a GPU's forward)."""
 
-    PRIOR = (1.0, 0.025, 1.0)  # base, per row, per extra forward; in units of the base
+    PRIOR = (1.0, 0.025, 1.0)  # base, per row, per drafting step; in units of the base
+    PRIOR_ONE_FORWARD = (1.0, 0.025, 0.25)
     REFIT_EVERY = 16
 
     def __init__(self, fixed: tuple[float, float, float] | None = None, window: int = 128,
-                 prior_weight: float = 4.0) -> None:
+                 prior_weight: float = 4.0, prior: tuple[float, float, float] = PRIOR) -> None:
         self.fixed = fixed
+        self.prior = prior
         self.steps: deque[tuple[float, float, float]] = deque(maxlen=window)  # rows, extra forwards, seconds
         self.prior_weight = prior_weight
         self._fit: tuple[float, float, float] | None = None
         self.unfitted = 0  # steps observed since the last fit
 
-    def observe(self, rows: int, extra_forwards: int, seconds: float) -> None:
-        """One step that forwarded `rows` in all and `extra_forwards` forwards beyond the first took `seconds`."""
+    def observe(self, rows: int, drafting: int, seconds: float) -> None:
+        """One step that forwarded `rows` in all, verifying drafts or not (`drafting`), took `seconds`."""
         if self.fixed is None and rows > 0 and seconds > 0:
-            self.steps.append((float(rows), float(extra_forwards), seconds))
+            self.steps.append((float(rows), float(drafting), seconds))
             self.unfitted += 1
             if 2 * self.unfitted >= min(len(self.steps), 2 * self.REFIT_EVERY):
                 self._fit = None
 
     @property
     def coefficients(self) -> tuple[float, float, float]:
-        """(seconds per step, per row, per extra forward); the prior's shape at unit scale before any step."""
+        """(seconds per step, per row, per drafting step); the prior's shape at unit scale before any step."""
         if self.fixed is not None:
             return self.fixed
         if self._fit is None:
             self._fit, self.unfitted = self.fitted(), 0
         return self._fit
 
-    def predict(self, rows: torch.Tensor, extra_forwards: torch.Tensor) -> torch.Tensor:
-        """Predicted seconds of steps forwarding `rows` with `extra_forwards` forwards beyond the first."""
-        base, per_row, per_forward = self.coefficients
-        return base + per_row * rows + per_forward * extra_forwards
+    def predict(self, rows: torch.Tensor, drafting: torch.Tensor) -> torch.Tensor:
+        """Predicted seconds of steps forwarding `rows`, verifying drafts where `drafting` is 1."""
+        base, per_row, per_drafting = self.coefficients
+        return base + per_row * rows + per_drafting * drafting
 
     def fitted(self) -> tuple[float, float, float]:
         if not self.steps:
-            return self.PRIOR
+            return self.prior
         seen = torch.tensor(list(self.steps), dtype=torch.float64)
         rows, extra, seconds = seen.unbind(1)
-        prior = torch.tensor(self.PRIOR, dtype=torch.float64)
+        prior = torch.tensor(self.prior, dtype=torch.float64)
         scale = (seconds / (prior[0] + prior[1] * rows + prior[2] * extra)).median()
-        # The prior as pseudo-steps: one row, 64 rows, one row and an extra forward.
+        # The prior as pseudo-steps: one row, 64 rows, one row in a drafting step.
         pseudo = torch.tensor([[1.0, 1.0, 0.0], [1.0, 64.0, 0.0], [1.0, 1.0, 1.0]], dtype=torch.float64)
         design = torch.cat([torch.stack([torch.ones_like(rows), rows, extra], 1), pseudo])
         target = torch.cat([seconds, scale * pseudo @ prior])
@@ -114,7 +118,14 @@ class StepCost:
 class AcceptanceTable:
     """Per request and draft position: how often the position was verified and accepted (recent steps weigh more,
     by `decay` per step of the request), read as a conditional acceptance rate shrunk towards the method's own rate
-    over its recent requests (`prior_strength` steps' worth), itself starting from an optimistic `initial`."""
+    over its recent requests (`prior_strength` steps' worth), itself starting from an optimistic `initial`.
+
+    Evidence also fades while a request does not draft (`tick`, once a planned step: every `FORGET_EVERY` of them
+    the counts of requests that verified nothing since are decayed as many steps), and the method's own while none
+    drafts: a request held at no draft returns to the method's rate and is tried again where that pays, instead of
+    staying at no draft for good on what its first drafts did (Jacobi's drafts improve as they are iterated)."""
+
+    FORGET_EVERY = 8
 
     def __init__(self, max_width: int, prior_strength: float = 2.0, decay: float = 0.9, initial: float = 0.8,
                  method_decay: float = 0.995) -> None:
@@ -126,6 +137,8 @@ class AcceptanceTable:
         self.counts = torch.zeros(0, 2, max_width, dtype=torch.float64)  # [slot, (tried, accepted), position]
         self.method = torch.zeros(2, max_width, dtype=torch.float64)
         self.version = 0  # counts every change to the rates of requests already seen
+        self.drafted = torch.zeros(0, dtype=torch.bool)  # per slot: verified a draft since the last forgetting
+        self.ticks = 0
 
     def slot(self, key: str) -> int:
         if key not in self.slots:
@@ -134,8 +147,10 @@ class AcceptanceTable:
                 self.free = list(range(grown - 1, len(self.counts) - 1, -1))
                 self.counts = torch.cat([self.counts, torch.zeros(grown - len(self.counts), 2, self.max_width,
                                                                   dtype=torch.float64)])
+                self.drafted = torch.cat([self.drafted, torch.zeros(grown - len(self.drafted), dtype=torch.bool)])
             self.slots[key] = index = self.free.pop()
             self.counts[index] = 0
+            self.drafted[index] = False
         return self.slots[key]
 
     def rates(self, keys: list[str]) -> torch.Tensor:
@@ -160,9 +175,24 @@ class AcceptanceTable:
         step = torch.stack([tried, hits], 1)
         drafting = (verified > 0)[:, None, None]
         self.counts[slots] = torch.where(drafting, self.counts[slots] * self.decay + step, self.counts[slots])
-        if bool(drafting.any()):
-            self.method = self.method * self.method_decay + step.sum(0)
+        self.drafted[slots] |= drafting.flatten()
+        self.method = self.method * self.method_decay + step.sum(0)
         self.version += 1
+
+    def tick(self) -> None:
+        """A step was planned; every `FORGET_EVERY` of them, what requests that verified nothing since (and the
+        method, where none did) had shown fades by as many steps' decay."""
+        self.ticks += 1
+        if self.ticks % self.FORGET_EVERY:
+            return
+        idle = ~self.drafted
+        if bool(self.counts[idle].any()):
+            self.counts[idle] *= self.decay**self.FORGET_EVERY
+            self.version += 1
+        if not bool(self.drafted.any()) and bool(self.method.any()):
+            self.method *= self.method_decay**self.FORGET_EVERY
+            self.version += 1
+        self.drafted.zero_()
 
     def forget(self, keys: list[str] | set[str]) -> None:
         for key in keys:
@@ -195,8 +225,9 @@ def planner_for(config: Any, max_width: int, shape: Shape, measured: bool = True
     is a function of the requests' acceptance, which every worker sees alike."""
     if not getattr(config, "adapts", False):
         return None
-    fixed = config.step_cost if config.step_cost is not None or measured else StepCost.PRIOR
-    return WidthPlanner(max_width, shape, StepCost(fixed))
+    prior = StepCost.PRIOR if shape.extra_forward else StepCost.PRIOR_ONE_FORWARD
+    fixed = config.step_cost if config.step_cost is not None or measured else prior
+    return WidthPlanner(max_width, shape, StepCost(fixed, prior=prior))
 
 
 class WidthPlanner:
@@ -222,6 +253,7 @@ class WidthPlanner:
         """Widths [len(keys)], each in 0..min(max_width, its limit). A `seeded` request keeps its limit while the
         cost is measured: its draws, hence its tokens under sampling, must not depend on this process's timings
         (with a fixed `StepCost` the plan is a function of the requests' acceptance, and seeded ones follow it)."""
+        self.acceptance.tick()
         if not keys:
             return torch.as_tensor(limits, dtype=torch.long).clamp(0, self.max_width)
         # The plan is a function of these: a step like the last (nothing verified since, no refit), as most plain
@@ -261,8 +293,7 @@ class WidthPlanner:
         n = torch.arange(batch * width + 1, dtype=torch.float64)
         tokens = batch + torch.cat([zero, taken.cumsum(0)])
         rows = batch + torch.cat([zero, marginal[order % width].cumsum(0)])
-        extra = (n > 0).double() if self.shape.extra_forward else torch.zeros_like(n)
-        seconds = self.cost.predict(rows, extra)
+        seconds = self.cost.predict(rows, (n > 0).double())
         best = int(torch.argmax(tokens / seconds))  # the first of equal rates: the fewest rows
         return torch.bincount(owners[:best], minlength=batch)
 
@@ -272,15 +303,14 @@ class WidthPlanner:
         w = torch.arange(width + 1)
         tokens = batch + torch.cat([torch.zeros(1, dtype=torch.float64), gains.sum(0).cumsum(0)])
         rows = batch * self.shape.rows(w)
-        extra = (w > 0).double() if self.shape.extra_forward else torch.zeros(width + 1, dtype=torch.float64)
-        seconds = self.cost.predict(rows, extra)
+        seconds = self.cost.predict(rows, (w > 0).double())
         best = int(torch.argmax(tokens / seconds))
         return torch.full((batch,), best, dtype=torch.long)
 
-    def observe(self, rows: int, extra_forwards: int, seconds: float) -> dict[str, float] | None:
+    def observe(self, rows: int, drafting: int, seconds: float) -> dict[str, float] | None:
         """A measured step for the cost model (`StepCost.observe`); `describe()` when a report is due (every
         `REPORT_EVERY_S`), for the engine's log."""
-        self.cost.observe(rows, extra_forwards, seconds)
+        self.cost.observe(rows, drafting, seconds)
         now = time.monotonic()
         if now - self.reported < REPORT_EVERY_S:
             return None
@@ -289,11 +319,11 @@ class WidthPlanner:
 
     def describe(self) -> dict[str, float]:
         """What the planner chose and the cost model it chose by, for logs, metrics and the bench."""
-        base, per_row, per_forward = self.cost.coefficients
+        base, per_row, per_drafting = self.cost.coefficients
         return {"steps": self.stats.steps, "ar_share": round(self.stats.ar_share, 4),
                 "drafts_per_step": round(self.stats.drafts / max(self.stats.steps, 1), 3),
                 "step_ms": round(1e3 * base, 3), "row_ms": round(1e3 * per_row, 4),
-                "extra_forward_ms": round(1e3 * per_forward, 3), "measured_steps": len(self.cost.steps)}
+                "drafting_step_ms": round(1e3 * per_drafting, 3), "measured_steps": len(self.cost.steps)}
 
     def record(self, keys: list[str], verified: torch.Tensor | list[int], accepted: torch.Tensor | list[int]) -> None:
         """The step's verification: drafts verified and accepted per request."""

@@ -129,6 +129,7 @@ class CommitWorker(PluginWorker):
             logits = self.run_decode(batch, torch.tensor([req.output_ids[-1] for req in batch.reqs]))
             width, committed, logprobs = 1, [[token] for token in logits[:, 0].max(-1).indices.tolist()], None
             self.paused_steps += 1
+            drafting = 0
         else:
             for req, state in zip(batch.reqs, states, strict=True):
                 if state is not None and state.paused:
@@ -136,8 +137,9 @@ class CommitWorker(PluginWorker):
             width = self.step(batch, states)
             committed = [state.emittable(len(req.output_ids)) for req, state in zip(batch.reqs, states, strict=True)]
             logprobs = emitted_logprobs(batch.reqs, states, committed)
+            drafting = 1  # the windows' path, not SGLang's decode step
         if self.planner is not None:
-            report = self.planner.observe(len(states) * width, 0, time.perf_counter() - started)
+            report = self.planner.observe(len(states) * width, drafting, time.perf_counter() - started)
             if report is not None:
                 logger.info("parallel-decoding width planner (%s): %s", self.mode, report)
         return self.result(batch, committed, on_publish, logprobs)

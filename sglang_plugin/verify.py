@@ -95,6 +95,7 @@ class VerifyWorker(PluginWorker):
             seeded = [state.sampling.seed is not None for state in states]
             limits = self.planner.plan([r.rid for r in batch.reqs], limits, seeded).tolist()
         drafts = self.drafter.draft(batch, batch.reqs, states, seeds, limits)
+        iterated = [state.decoder is None or state.decoder.iterated for state in states]  # `Decoder.iterated`
         width = 1 + max(len(d.tokens) for d in drafts)
         tokens = torch.tensor([[seed, *d.tokens] + [seed] * (width - 1 - len(d.tokens))
                                for seed, d in zip(seeds, drafts, strict=True)])
@@ -113,10 +114,11 @@ class VerifyWorker(PluginWorker):
                      for row, (state, d, run) in enumerate(zip(states, drafts, greedy, strict=True))]
         self.drafter.after_verify(batch.reqs, states, logits, predicted, drafts, committed)
         if self.planner is not None:
-            self.planner.record([r.rid for r in batch.reqs], [d.drafted for d in drafts],
+            self.planner.record([r.rid for r in batch.reqs], [d.drafted if fresh else 0
+                                                              for d, fresh in zip(drafts, iterated, strict=True)],
                                 [min(len(run) - 1, d.drafted) for run, d in zip(committed, drafts, strict=True)])
             draft_rows = self.drafter.forwarded_rows
-            report = self.planner.observe(tokens.numel() + draft_rows, int(draft_rows > 0),
+            report = self.planner.observe(tokens.numel() + draft_rows, int(width > 1 or draft_rows > 0),
                                           time.perf_counter() - started)
             if report is not None:
                 logger.info("parallel-decoding width planner (%s): %s", self.mode, report)

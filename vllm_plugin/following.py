@@ -37,14 +37,16 @@ class FollowingProposer(PluginProposer):
         batch = runner.input_batch
         drafts: list[list[int]] = []
         states: list[FollowedRequest | None] = []
+        iterated: list[bool] = []  # per row: whether the drafts this step verified were (`Decoder.iterated`)
         for row, req_id in enumerate(batch.req_ids):
             committed = sampled_token_ids[row]
+            state = self.requests.get(req_id)
+            iterated.append(state is None or state.decoder.iterated)
             if not committed:
                 drafts.append([])
                 states.append(None)
                 continue
             num_tokens = int(batch.num_tokens_no_spec[row])
-            state = self.requests.get(req_id)
             if state is not None and state.idle and len(committed) == 1:
                 drafts.append([])
                 states.append(state)
@@ -57,12 +59,12 @@ class FollowingProposer(PluginProposer):
                 state.seen = None
             drafts.append([] if state.decoder.finished else self.drafts_of(state.decoder))
             states.append(state)
-        drafts = self.capped(runner, scheduler_output, sampled_token_ids, drafts, states)
+        drafts = self.capped(runner, scheduler_output, sampled_token_ids, drafts, states, iterated)
         self.step_done(scheduler_output)
         return drafts, self.proposals(runner, drafts, states)
 
     def capped(self, runner: Any, scheduler_output: Any, sampled_token_ids: list[list[int]], drafts: list[list[int]],
-               states: list[FollowedRequest | None]) -> list[list[int]]:
+               states: list[FollowedRequest | None], iterated: list[bool]) -> list[list[int]]:
         """The drafts vLLM schedules: each request's leading ones, as many as the planner gives it (`widths`, a
         paused request's limit its configured most); a request held at no draft pauses, a paused one given drafts
         wakes."""
@@ -70,7 +72,7 @@ class FollowingProposer(PluginProposer):
             return drafts
         limits = [state.decoder.most_drafts if state is not None and state.idle else len(d)
                   for d, state in zip(drafts, states, strict=True)]
-        widths = self.widths(runner, scheduler_output, sampled_token_ids, limits)
+        widths = self.widths(runner, scheduler_output, sampled_token_ids, limits, iterated)
         for row, (state, width) in enumerate(zip(states, widths, strict=True)):
             if state is not None and not state.decoder.finished:
                 woken = state.idle  # its drafts are the decoder's once it has caught up

@@ -68,30 +68,34 @@ class PluginProposer(runner_hooks.Hooked):
     def begin_step(self, runner: Any, scheduler_output: Any) -> None:
         self.step_started = time.perf_counter()
 
-    def widths(self, runner: Any, scheduler_output: Any, sampled_token_ids: list[list[int]], limits: list[int]
-               ) -> list[int]:
+    def widths(self, runner: Any, scheduler_output: Any, sampled_token_ids: list[list[int]], limits: list[int],
+               iterated: list[bool] | None = None) -> list[int]:
         """Drafts per batch row for the next step: the planner's, after it has seen how this step's verification
-        went (drafts scheduled, accepted), or `limits` without a planner (and for seeded requests while the cost is
-        measured: `WidthPlanner.plan`)."""
+        went (drafts scheduled, accepted; not where the drafts were not `iterated`, `Decoder.iterated`), or `limits`
+        without a planner (and for seeded requests while the cost is measured: `WidthPlanner.plan`)."""
         if self.planner is None:
             return limits
         req_ids = list(runner.input_batch.req_ids)
         scheduled = scheduler_output.scheduled_spec_decode_tokens
-        self.planner.record(req_ids, [len(scheduled.get(req_id, ())) for req_id in req_ids],
-                            [max(len(sampled) - 1, 0) for sampled in sampled_token_ids])
+        verified = [len(scheduled.get(req_id, ())) for req_id in req_ids]
+        if iterated is not None:
+            verified = [n if fresh else 0 for n, fresh in zip(verified, iterated, strict=True)]
+        self.planner.record(req_ids, verified, [max(len(sampled) - 1, 0) for sampled in sampled_token_ids])
         seeded = [runner.requests[req_id].sampling_params.seed is not None for req_id in req_ids]
         return self.planner.plan(req_ids, limits, seeded).tolist()
 
     def step_done(self, scheduler_output: Any, draft_rows: int = 0) -> None:
-        """The step's cost for the planner: its scheduled rows and `draft_rows` in a draft forward of its own. Steps
-        that prefill are left out: the planner prices decode rows, and a prompt's rows cost otherwise."""
+        """The step's cost for the planner: its scheduled rows and `draft_rows` in a draft forward of its own, a
+        drafting step where it verified drafts or ran that forward. Steps that prefill are left out: the planner
+        prices decode rows, and a prompt's rows cost otherwise."""
         started, self.step_started = self.step_started, None
         if self.planner is None or started is None:
             return
         spec = scheduler_output.scheduled_spec_decode_tokens
         if any(n != 1 + len(spec.get(req_id, ())) for req_id, n in scheduler_output.num_scheduled_tokens.items()):
             return  # a prefill step
-        report = self.planner.observe(scheduler_output.total_num_scheduled_tokens + draft_rows, int(draft_rows > 0),
+        drafting = draft_rows > 0 or any(spec.values())
+        report = self.planner.observe(scheduler_output.total_num_scheduled_tokens + draft_rows, int(drafting),
                                       time.perf_counter() - started)
         if report is not None:
             logger.info("parallel-decoding width planner (%s): %s", self.method, report)

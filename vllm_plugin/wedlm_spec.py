@@ -28,8 +28,9 @@ class WeDLMSpecProposer(FollowingProposer):
         self.plan_by_load(self.config.window - 1, Shape(mask_slots=True))
 
     def capped(self, runner: Any, scheduler_output: Any, sampled_token_ids: list[list[int]], drafts: list[list[int]],
-               states: list[FollowedRequest | None]) -> list[list[int]]:
-        """Each decoder's window after the planner has capped it (its drafts and its mask slots)."""
+               states: list[FollowedRequest | None], iterated: list[bool]) -> list[list[int]]:
+        """Each decoder's window after the planner has capped it (its drafts and its mask slots; its decoder tells
+        the planner how its verification went, `verified`)."""
         if self.planner is None:
             return drafts
         rows = [row for row, state in enumerate(states) if state is not None and not state.decoder.finished]

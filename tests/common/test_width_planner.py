@@ -150,7 +150,9 @@ def test_planner_for_follows_the_config_and_reports_at_most_every_interval():
     # Several workers planning the same batch (tensor parallel) share the prior's cost model, never their timings.
     shared = planner_for(parse_config("jacobi", {"block_size": 4}), 4, Shape(), measured=False)
     shared.observe(8, 0, 0.05)
-    assert shared.cost.coefficients == StepCost.PRIOR and not shared.cost.steps
+    assert shared.cost.coefficients == StepCost.PRIOR_ONE_FORWARD and not shared.cost.steps
+    # A drafting step's prior: a base more with a draft forward of its own, a quarter of one without.
+    assert planner_for(parse_config("diffusion_self", {}), 4, Shape(extra_forward=True)).cost.prior == StepCost.PRIOR
     assert planner_for(parse_config("jacobi", {"step_cost": [1, 0, 0]}), 4, Shape(), measured=False
                        ).cost.coefficients == [1, 0, 0]
 
@@ -212,3 +214,40 @@ def test_a_step_like_the_last_reuses_its_plan_and_any_change_redoes_it(monkeypat
         plan.record(keys, [0] * len(keys), [0] * len(keys))
         plan.plan(keys, limits)
     assert len(computed) == before
+
+
+def test_a_request_held_at_no_draft_is_tried_again_as_what_it_showed_fades():
+    """A request whose first drafts failed is held at no draft; while it drafts nothing its evidence fades towards
+    the method's rate (`AcceptanceTable.tick`), so where rows are cheap it is tried again within a few forgetting
+    periods (where they are dear, never), and a request that keeps drafting keeps its own rate."""
+    for cost, tried in [((1.0, 0.1, 0.0), True), ((1.0, 1.0, 0.0), False)]:
+        plan = planner(cost, width=4)
+        for _ in range(10):  # "a" fails its drafts, "b" accepts them all
+            plan.plan(["a", "b"], [4, 4])
+            plan.record(["a", "b"], [4, 4], [0, 4])
+        assert plan.plan(["a", "b"], [4, 4]).tolist()[0] == 0
+        widths = []
+        for _ in range(4 * AcceptanceTable.FORGET_EVERY):
+            widths.append(plan.plan(["a", "b"], [4, 4]).tolist())
+            plan.record(["a", "b"], [0, widths[-1][1]], [0, widths[-1][1]])
+        assert any(a > 0 for a, _ in widths) == tried, (cost, widths)
+        assert all(b == 4 for _, b in widths)  # "b" keeps its own rate
+    table = AcceptanceTable(2, decay=0.5)
+    table.record(["a"], torch.tensor([2]), torch.tensor([0]))
+    for _ in range(2 * AcceptanceTable.FORGET_EVERY - 1):  # the period it drafted in, then one without
+        table.tick()
+    before = table.rates(["a"])
+    table.tick()
+    assert table.rates(["a"])[0, 0] > before[0, 0]  # a period without drafts: "a"'s failure weighs less
+
+
+def test_a_drafting_step_pays_its_fixed_cost_once_per_step():
+    """A step that verifies drafts costs more than its rows (the engine's path for windows, or a draft forward):
+    the planner drafts only where the step's expected extra tokens pay for that once, however many requests draft."""
+    for jump, drafts in [(0.5, True), (1.0, False)]:
+        plan = planner((1.0, 0.0, jump))
+        accepting(plan, ["a"], [1])  # its first draft lands, the rest never
+        assert bool(plan.plan(["a"], [8]).any()) == drafts, jump
+    plan = planner((1.0, 0.0, 1.0))
+    accepting(plan, KEYS, [8] * 4)
+    assert plan.plan(KEYS, [8] * 4).tolist() == [8] * 4
