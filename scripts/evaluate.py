@@ -10,6 +10,7 @@ Each suite is a module of scripts/evaluation/ whose `run` parameters are the fla
     python -m scripts.evaluate --suite recycling [--runner reference] [--model DIR] [--json OUT]
     .venv-sglang/bin/python -m scripts.evaluate --suite recycling --runner sglang [--model DIR]
     python -m scripts.evaluate --suite structured [--model DIR] [--prompts 40] [--device cpu] [--json OUT]
+    python -m scripts.evaluate --suite planner [--models DIR] [--max-tokens 64] [--json OUT]
 """
 
 import argparse
@@ -19,9 +20,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from scripts.evaluation import assd, huginn, quality, recycling, structured
+from scripts.evaluation import assd, huginn, planner, quality, recycling, structured
 
-SUITES = {"quality": quality, "huginn": huginn, "assd": assd, "recycling": recycling, "structured": structured}
+SUITES = {"quality": quality, "huginn": huginn, "assd": assd, "recycling": recycling, "structured": structured,
+          "planner": planner}
 REQUIRED = inspect.Parameter.empty
 
 
@@ -53,7 +55,8 @@ def parser() -> argparse.ArgumentParser:
                              "huginn: Huginn's samplers' sequential core passes per token; assd: ASSD's model calls "
                              "against sequential any-order decoding; recycling: Jacobi's tokens per forward with and "
                              "without rejection recycling; structured: each method with and without structured-output "
-                             "constraints on the real model (default: %(default)s)")
+                             "constraints on the real model; planner: the width planner against the fixed width "
+                             "under fixed cost models, in the reference runner (default: %(default)s)")
     for flag, text, options in [
         ("models", "a directory holding ar/ nld/ wedlm/ jacobi_forcing/", {"metavar": "DIR"}),
         ("model", "a checkpoint: a Raven for huginn, an XLNet AS-ARM for assd, any for recycling, which without it "
