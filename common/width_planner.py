@@ -70,7 +70,7 @@ class StepCost:
                  prior_weight: float = 4.0, prior: tuple[float, float, float] = PRIOR) -> None:
         self.fixed = fixed
         self.prior = prior
-        self.steps: deque[tuple[float, float, float]] = deque(maxlen=window)  # rows, extra forwards, seconds
+        self.steps: deque[tuple[float, float, float]] = deque(maxlen=window)  # rows, drafting, seconds
         self.prior_weight = prior_weight
         self._fit: tuple[float, float, float] | None = None
         self.unfitted = 0  # steps observed since the last fit
