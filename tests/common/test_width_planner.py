@@ -190,8 +190,9 @@ def test_quadratic_rows_grow_with_the_square_of_the_width():
 
 def test_a_step_like_the_last_reuses_its_plan_and_any_change_redoes_it(monkeypatch):
     """Plans are reused while their inputs stand (keys, limits, acceptance, cost model): through steps that draft or
-    not, accept or not, change the batch and refit the cost, every plan equals one computed afresh; steps with
-    nothing verified and no refit between them (plain steps under load) compute it once."""
+    not, accept or not, change the batch, refit the cost and fade idle requests' evidence, every plan equals one
+    computed afresh; steps with nothing verified, no refit and no fading between them (plain steps under load, within
+    a forgetting period) compute it once."""
     plan, generator, widths_seen = WidthPlanner(8, Shape(), StepCost()), torch.Generator().manual_seed(3), set()
     computed, planned = [], plan._planned
     monkeypatch.setattr(plan, "_planned", lambda *args: computed.append(args) or planned(*args))
@@ -209,8 +210,10 @@ def test_a_step_like_the_last_reuses_its_plan_and_any_change_redoes_it(monkeypat
         plan.observe(rows, 0, 0.01 * (1 + 0.002 * rows * (1 + step // 30)))
     assert len(widths_seen) >= 3 and 0 < len(computed) < 180
     plan.plan(keys, limits)
+    while plan.acceptance.ticks % AcceptanceTable.FORGET_EVERY:  # up to a fading, so none falls in the steps below
+        plan.plan(keys, limits)
     before = len(computed)
-    for _ in range(5):
+    for _ in range(AcceptanceTable.FORGET_EVERY - 1):
         plan.record(keys, [0] * len(keys), [0] * len(keys))
         plan.plan(keys, limits)
     assert len(computed) == before
