@@ -325,8 +325,12 @@ class WidthPlanner:
                 "step_ms": round(1e3 * base, 3), "row_ms": round(1e3 * per_row, 4),
                 "drafting_step_ms": round(1e3 * per_drafting, 3), "measured_steps": len(self.cost.steps)}
 
-    def record(self, keys: list[str], verified: torch.Tensor | list[int], accepted: torch.Tensor | list[int]) -> None:
-        """The step's verification: drafts verified and accepted per request."""
+    def record(self, keys: list[str], verified: torch.Tensor | list[int], accepted: torch.Tensor | list[int],
+               iterated: list[bool] | None = None) -> None:
+        """The step's verification: drafts verified and accepted per request; not learnt from where the drafts were
+        not `iterated` (`Decoder.iterated`: stale drafts only refresh)."""
+        if iterated is not None:
+            verified = [int(n) if fresh else 0 for n, fresh in zip(verified, iterated, strict=True)]
         if keys and (not isinstance(verified, list) or any(verified)):
             self.acceptance.record(keys, torch.as_tensor(verified, dtype=torch.long),
                                    torch.as_tensor(accepted, dtype=torch.long))

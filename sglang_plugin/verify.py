@@ -114,9 +114,9 @@ class VerifyWorker(PluginWorker):
                      for row, (state, d, run) in enumerate(zip(states, drafts, greedy, strict=True))]
         self.drafter.after_verify(batch.reqs, states, logits, predicted, drafts, committed)
         if self.planner is not None:
-            self.planner.record([r.rid for r in batch.reqs], [d.drafted if fresh else 0
-                                                              for d, fresh in zip(drafts, iterated, strict=True)],
-                                [min(len(run) - 1, d.drafted) for run, d in zip(committed, drafts, strict=True)])
+            self.planner.record([r.rid for r in batch.reqs], [d.drafted for d in drafts],
+                                [min(len(run) - 1, d.drafted) for run, d in zip(committed, drafts, strict=True)],
+                                iterated)
             draft_rows = self.drafter.forwarded_rows
             report = self.planner.observe(tokens.numel() + draft_rows, int(width > 1 or draft_rows > 0),
                                           time.perf_counter() - started)

@@ -77,10 +77,8 @@ class PluginProposer(runner_hooks.Hooked):
             return limits
         req_ids = list(runner.input_batch.req_ids)
         scheduled = scheduler_output.scheduled_spec_decode_tokens
-        verified = [len(scheduled.get(req_id, ())) for req_id in req_ids]
-        if iterated is not None:
-            verified = [n if fresh else 0 for n, fresh in zip(verified, iterated, strict=True)]
-        self.planner.record(req_ids, verified, [max(len(sampled) - 1, 0) for sampled in sampled_token_ids])
+        self.planner.record(req_ids, [len(scheduled.get(req_id, ())) for req_id in req_ids],
+                            [max(len(sampled) - 1, 0) for sampled in sampled_token_ids], iterated)
         seeded = [runner.requests[req_id].sampling_params.seed is not None for req_id in req_ids]
         return self.planner.plan(req_ids, limits, seeded).tolist()
 

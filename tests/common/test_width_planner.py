@@ -254,3 +254,14 @@ def test_a_drafting_step_pays_its_fixed_cost_once_per_step():
     plan = planner((1.0, 0.0, 1.0))
     accepting(plan, KEYS, [8] * 4)
     assert plan.plan(KEYS, [8] * 4).tolist() == [8] * 4
+
+
+def test_drafts_not_iterated_are_not_learnt_from():
+    """A step's verification of stale drafts (`Decoder.iterated` false) leaves the rates as they were; the same
+    verification of iterated drafts moves them."""
+    plan = planner((1.0, 0.01, 0.0))
+    before = plan.acceptance.rates(["a"]).clone()
+    plan.record(["a"], [4], [0], iterated=[False])
+    assert torch.equal(plan.acceptance.rates(["a"]), before)
+    plan.record(["a"], [4], [0], iterated=[True])
+    assert plan.acceptance.rates(["a"])[0, 0] < before[0, 0]
