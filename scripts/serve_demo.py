@@ -3,14 +3,15 @@ prompts answered with AR, with a parallel decoder and with vLLM's own `ngram` at
 setup, side by side: answers, tokens per forward, tokens/s, speedup over AR at batch 1 and batch 8.
 
 Fetches and converts the model once (`scripts.smollm2`), then for each decoder in turn starts the server (bf16),
-sends the chat prompts through the chat completions endpoint one at a time (batch 1) and all at once (batch 8) with
-the `openai` client, greedy, and reads vLLM's own speculative-decoding metrics. `--model tiny` serves a shipped tiny
-checkpoint trained for the method instead (`scripts.trained_models`, plain-text prompts).
+sends the chat prompts through the chat completions endpoint one at a time (batch 1) and all at once (batch 8, three
+times: the median) with the `openai` client, greedy, and reads vLLM's own speculative-decoding metrics. `--model
+tiny` serves a shipped tiny checkpoint trained for the method instead (`scripts.trained_models`, plain-text prompts).
 
     python -m scripts.serve_demo [--method diffusion_self] [--model smollm2|tiny] [--max-tokens 96]
 """
 
 import argparse
+import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -67,8 +68,12 @@ def answer(response) -> str:
     return choice.message.content if hasattr(choice, "message") else choice.text
 
 
+BATCHES = 3  # timed batches of all the prompts at once: their median tokens/s (one batch lasts a few seconds)
+
+
 def measure(client: openai.OpenAI, label: str, prompts: list, max_tokens: int, forwards_per_step: int) -> Run:
-    """Answers and tokens/s at batch 1 and batch len(prompts); prompts are chats (message lists) or texts."""
+    """Answers and tokens/s at batch 1 (one pass) and batch len(prompts) (the median of `BATCHES`); prompts are chats
+    (message lists) or texts."""
 
     def complete(prompt):
         if isinstance(prompt, str):
@@ -81,13 +86,16 @@ def measure(client: openai.OpenAI, label: str, prompts: list, max_tokens: int, f
     with ThreadPoolExecutor(len(prompts)) as pool:
         batches[len(prompts)] = lambda: list(pool.map(complete, prompts))
         for size, answer_all in batches.items():
-            before = metrics(client)
-            start = time.perf_counter()
-            answers = answer_all()
-            seconds = time.perf_counter() - start
+            before, speeds, tokens = metrics(client), [], 0
+            for _ in range(1 if size == 1 else BATCHES):
+                start = time.perf_counter()
+                answers = answer_all()
+                seconds = time.perf_counter() - start
+                produced = sum(a.usage.completion_tokens for a in answers)
+                speeds.append(produced / seconds)
+                tokens += produced
             after = metrics(client)
-            tokens = sum(a.usage.completion_tokens for a in answers)
-            run.tokens_per_second[size] = tokens / seconds
+            run.tokens_per_second[size] = statistics.median(speeds)
             drafts, accepted = (counted(after, name) - counted(before, name) for name in (
                 "vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_accepted_tokens_total"))
             # Every step of a request is one target forward yielding 1 + accepted tokens; a step that drafted also

@@ -50,6 +50,22 @@ def test_a_plan_expects_less_than_the_requests_recent_steps_say(monkeypatch):
     assert plan.plan(["a"], [8]).tolist() == [1]
 
 
+def test_a_step_drafts_only_where_it_beats_a_plain_one_by_the_margin():
+    """Drafting at an expected break-even loses by the measured cost's errors: where the cost is measured, the planner
+    drafts only where the step is expected to commit `DRAFTING_MARGIN` (1.15x) the tokens per second of a plain
+    step; under a fixed `step_cost` wherever it beats it."""
+    plans = {}
+    for fixed in (True, False):
+        for per_row in (0.5, 1.0, 2.0):  # one request accepting 2 drafts of 8
+            cost = (1.0, per_row, 0.0)
+            plan = WidthPlanner(8, Shape(), StepCost(cost) if fixed else StepCost(prior=cost))  # measured, unfitted
+            accepting(plan, ["a"], [2])
+            plans[fixed, per_row] = plan.plan(["a"], [8]).tolist()
+    # its 2 drafts' expected tokens per second over a plain step's: 1.56x, 1.30x, 1.07x
+    assert plans == {(True, 0.5): [2], (True, 1.0): [2], (True, 2.0): [2],
+                     (False, 0.5): [2], (False, 1.0): [2], (False, 2.0): [0]}
+
+
 def test_requests_whose_drafts_fail_stop_paying_for_them():
     plan = planner((1.0, 0.05, 0.0))
     accepting(plan, ["good", "bad"], [8, 0])
