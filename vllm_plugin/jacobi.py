@@ -22,8 +22,9 @@ class JacobiProposer(FollowingProposer):
         self.plan_by_load(self.config.block_size * self.config.num_blocks)
 
     def before_sample(self, runner: Any, logits: torch.Tensor, metadata: Any) -> None:
-        """Each verified request's per-position predictions: the greedy argmax, or a sample."""
-        if metadata is None:
+        """Each verified request's per-position predictions: the greedy argmax, or a sample (none in a step where no
+        request drafted: the planner's plain AR step shows a decoder only its token)."""
+        if metadata is None or not metadata.max_spec_len:
             return
         ends = metadata.cu_num_sampled_tokens.tolist()
         greedy = logits.argmax(-1).tolist()

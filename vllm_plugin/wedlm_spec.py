@@ -43,8 +43,8 @@ class WeDLMSpecProposer(FollowingProposer):
         return drafts
 
     def before_sample(self, runner: Any, logits: torch.Tensor, metadata: Any) -> None:
-        """Each verified request's mask rows past the bonus's slot."""
-        if metadata is None:
+        """Each verified request's mask rows past the bonus's slot (none in a step where no request drafted)."""
+        if metadata is None or not metadata.max_spec_len:
             return
         ends = metadata.cu_num_sampled_tokens.tolist()
         start = 0
