@@ -239,9 +239,9 @@ class WidthPlanner:
     EXPECTED_SHARE = 0.8
     # How much more a step that drafts must be expected to commit per second than a plain step, for the planner to
     # draft at all, where the cost is measured: a plan at break-even by a fitted cost loses by its errors (the main
-    # job's batch of 8 on SmolLM2, 2026-11-29: its tail of 3 requests drafted at an expected 1.0x, and their steps
-    # cost 1.25x what the fit said: 0.94x AR against 1.00x held at plain steps; docs/adaptive-widths.md). A fixed
-    # `step_cost` is taken as exact.
+    # job's batch of 8 on SmolLM2, 2026-11-29: the 2-6 requests left in its tail drafted at an expected 1.0x, and
+    # their steps cost 1.25x what the fit said: 0.94x AR against 1.00x held at plain steps; docs/adaptive-widths.md).
+    # A fixed `step_cost` is taken as exact (so is the prior that stands in for it where several workers plan).
     DRAFTING_MARGIN = 1.15
 
     def __init__(self, max_width: int, shape: Shape = Shape(), cost: StepCost | None = None,
