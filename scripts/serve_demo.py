@@ -2,10 +2,12 @@
 prompts answered with AR, with a parallel decoder and with vLLM's own `ngram` at the same width on the same server
 setup, side by side: answers, tokens per forward, tokens/s, speedup over AR at batch 1 and batch 8.
 
-Fetches and converts the model once (`scripts.smollm2`), then for each decoder in turn starts the server (bf16),
-sends the chat prompts through the chat completions endpoint one at a time (batch 1) and all at once (batch 8, three
-times: the median) with the `openai` client, greedy, and reads vLLM's own speculative-decoding metrics. `--model
-tiny` serves a shipped tiny checkpoint trained for the method instead (`scripts.trained_models`, plain-text prompts).
+Fetches and converts the model once (`scripts.smollm2`), starts the three servers (bf16) and keeps them up at once,
+then in three rounds over them, each round in a rotated order, sends the chat prompts through the chat completions
+endpoint one at a time (batch 1) and all at once (batch 8) with the `openai` client, greedy: each server's tokens/s
+is the median of its rounds, as the machine's pace drifts over minutes. Reads vLLM's own speculative-decoding
+metrics. `--model tiny` serves a shipped tiny checkpoint trained for the method instead (`scripts.trained_models`,
+plain-text prompts).
 
     python -m scripts.serve_demo [--method diffusion_self] [--model smollm2|tiny] [--max-tokens 96]
 """
@@ -14,6 +16,7 @@ import argparse
 import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -68,44 +71,58 @@ def answer(response) -> str:
     return choice.message.content if hasattr(choice, "message") else choice.text
 
 
-BATCHES = 3  # timed batches of all the prompts at once: their median tokens/s (one batch lasts a few seconds)
+ROUNDS = 3  # rounds over the servers, in turn; each server's tokens/s is the median of its rounds
 
 
-def measure(client: openai.OpenAI, label: str, prompts: list, max_tokens: int, forwards_per_step: int) -> Run:
-    """Answers and tokens/s at batch 1 (one pass) and batch len(prompts) (the median of `BATCHES`); prompts are chats
-    (message lists) or texts."""
+@dataclass
+class Server:
+    """A running server: its run and what it takes to read its metrics."""
 
-    def complete(prompt):
+    client: openai.OpenAI
+    run: Run
+    forwards_per_step: int  # forwards of a step that drafted (a draft forward of its own: 2)
+
+
+def measure(servers: list[Server], prompts: list, max_tokens: int) -> None:
+    """Every server's answers and tokens/s at batch 1 (the prompts one at a time) and batch len(prompts) (all at
+    once): `ROUNDS` rounds over the servers up at once, each round in a rotated order, so that what slows the machine
+    for a while slows each alike; prompts are chats (message lists) or texts."""
+
+    def complete(client, prompt):
         if isinstance(prompt, str):
             return client.completions.create(model="tiny", prompt=prompt, max_tokens=max_tokens, temperature=0)
         return client.chat.completions.create(model="tiny", messages=prompt, max_tokens=max_tokens, temperature=0)
 
-    complete(prompts[0])  # warm-up
-    run = Run(label)
-    batches = {1: lambda: [complete(p) for p in prompts]}
+    for server in servers:
+        complete(server.client, prompts[0])  # warm-up
     with ThreadPoolExecutor(len(prompts)) as pool:
-        batches[len(prompts)] = lambda: list(pool.map(complete, prompts))
+        batches = {1: lambda client: [complete(client, p) for p in prompts],
+                   len(prompts): lambda client: list(pool.map(lambda p: complete(client, p), prompts))}
         for size, answer_all in batches.items():
-            before, speeds, tokens = metrics(client), [], 0
-            for _ in range(1 if size == 1 else BATCHES):
-                start = time.perf_counter()
-                answers = answer_all()
-                seconds = time.perf_counter() - start
-                produced = sum(a.usage.completion_tokens for a in answers)
-                speeds.append(produced / seconds)
-                tokens += produced
-            after = metrics(client)
-            run.tokens_per_second[size] = statistics.median(speeds)
-            drafts, accepted = (counted(after, name) - counted(before, name) for name in (
-                "vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_accepted_tokens_total"))
-            # Every step of a request is one target forward yielding 1 + accepted tokens; a step that drafted also
-            # ran forwards_per_step - 1 draft forwards (none when the width planner made it a plain AR step).
-            steps = tokens - accepted
-            run.drafting[size] = drafts / steps
-            if size == 1:
-                run.texts = [answer(a) for a in answers]
-                run.tokens_per_forward = tokens / (steps + drafts * (forwards_per_step - 1))
-    return run
+            before = [metrics(server.client) for server in servers]
+            speeds: list[list[float]] = [[] for _ in servers]
+            tokens = [0 for _ in servers]
+            for round_ in range(ROUNDS):
+                for i in [(round_ + k) % len(servers) for k in range(len(servers))]:
+                    start = time.perf_counter()
+                    answers = answer_all(servers[i].client)
+                    seconds = time.perf_counter() - start
+                    produced = sum(a.usage.completion_tokens for a in answers)
+                    speeds[i].append(produced / seconds)
+                    tokens[i] += produced
+                    if size == 1 and round_ == 0:
+                        servers[i].run.texts = [answer(a) for a in answers]
+            for server, was, speed, produced in zip(servers, before, speeds, tokens, strict=True):
+                server.run.tokens_per_second[size] = statistics.median(speed)
+                now = metrics(server.client)
+                drafts, accepted = (counted(now, name) - counted(was, name) for name in (
+                    "vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_accepted_tokens_total"))
+                # Every step of a request is one target forward yielding 1 + accepted tokens; a step that drafted
+                # also ran forwards_per_step - 1 draft forwards (none when the width planner made it a plain AR step).
+                steps = produced - accepted
+                server.run.drafting[size] = drafts / steps
+                if size == 1:
+                    server.run.tokens_per_forward = produced / (steps + drafts * (server.forwards_per_step - 1))
 
 
 def counted(samples: dict[str, float], name: str) -> float:
@@ -134,12 +151,16 @@ def main() -> None:
         checkpoint, spec, forwards_per_step = TINY[args.method]
         model = copy(Path(args.models))[checkpoint]
         prompts, server_args, max_tokens, logs = TINY_PROMPTS, CPU_ARGS, args.max_tokens or 64, Path(args.models)
-    runs = []
-    for label, config, forwards in (("ar", None, 1), (args.method, spec, forwards_per_step),
-                                    (f"ngram-{ngram_peer(spec)['num_speculative_tokens']}", ngram_peer(spec), 1)):
-        print(f"starting vLLM's OpenAI server on {model} with speculative config {config}", flush=True)
-        with vllm_server(model, config, extra_args=server_args, log_path=logs / f"vllm-{label}.log") as client:
-            runs.append(measure(client, label, prompts, max_tokens, forwards))
+    servers = []
+    with ExitStack() as stack:
+        for label, config, forwards in (("ar", None, 1), (args.method, spec, forwards_per_step),
+                                        (f"ngram-{ngram_peer(spec)['num_speculative_tokens']}", ngram_peer(spec), 1)):
+            print(f"starting vLLM's OpenAI server on {model} with speculative config {config}", flush=True)
+            client = stack.enter_context(vllm_server(model, config, extra_args=server_args,
+                                                     log_path=logs / f"vllm-{label}.log"))
+            servers.append(Server(client, Run(label), forwards))
+        measure(servers, prompts, max_tokens)
+    runs = [server.run for server in servers]
     ar, method = runs[0], runs[1]
     for prompt, want, got in zip(prompts, ar.texts, method.texts, strict=True):
         shown = prompt if isinstance(prompt, str) else prompt[-1]["content"]
