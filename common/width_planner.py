@@ -59,7 +59,8 @@ class StepCost:
     rows, a draft forward of its own (linear `diffusion_self`) or the engine's path for windows instead of its plain
     decode step. The prior: a wide step of 16 rows costs 1.4x one row, a drafting step a base more with a draft
     forward (`PRIOR`), a quarter of one without (`PRIOR_ONE_FORWARD`). `fixed` coefficients are used as given and
-    never refitted (tests, reproducing a run). The fit is redone as steps come in, every `REFIT_EVERY` of them once
+    never refitted (tests, reproducing a run), and taken as `exact` unless told otherwise (the prior standing in for
+    a measured cost is a guess, not a measurement). The fit is redone as steps come in, every `REFIT_EVERY` of them once
     there are enough (a step's planning should cost next to nothing beside a GPU's forward)."""
 
     PRIOR = (1.0, 0.025, 1.0)  # base, per row, per drafting step; in units of the base
@@ -67,8 +68,10 @@ class StepCost:
     REFIT_EVERY = 16
 
     def __init__(self, fixed: tuple[float, float, float] | None = None, window: int = 128,
-                 prior_weight: float = 4.0, prior: tuple[float, float, float] = PRIOR) -> None:
+                 prior_weight: float = 4.0, prior: tuple[float, float, float] = PRIOR, exact: bool | None = None
+                 ) -> None:
         self.fixed = fixed
+        self.exact = fixed is not None if exact is None else exact
         self.prior = prior
         self.steps: deque[tuple[float, float, float]] = deque(maxlen=window)  # rows, drafting, seconds
         self.prior_weight = prior_weight
@@ -222,12 +225,14 @@ def planner_for(config: Any, max_width: int, shape: Shape, measured: bool = True
 
     Not `measured` (workers that each plan the same batch, tensor or pipeline parallel, whose plans must agree and
     whose timings differ): without a `step_cost` the prior's shape is the cost model, never refitted, so the plan
-    is a function of the requests' acceptance, which every worker sees alike."""
+    is a function of the requests' acceptance, which every worker sees alike (and plans with the margin a measured
+    cost gets: the prior is not exact)."""
     if not getattr(config, "adapts", False):
         return None
     prior = StepCost.PRIOR if shape.extra_forward else StepCost.PRIOR_ONE_FORWARD
-    fixed = config.step_cost if config.step_cost is not None or measured else prior
-    return WidthPlanner(max_width, shape, StepCost(fixed, prior=prior))
+    if config.step_cost is not None:
+        return WidthPlanner(max_width, shape, StepCost(config.step_cost, prior=prior))
+    return WidthPlanner(max_width, shape, StepCost(None if measured else prior, prior=prior, exact=False))
 
 
 class WidthPlanner:
@@ -241,7 +246,8 @@ class WidthPlanner:
     # draft at all, where the cost is measured: a plan at break-even by a fitted cost loses by its errors (the main
     # job's batch of 8 on SmolLM2, 2026-11-29: the 2-6 requests left in its tail drafted at an expected 1.0x, and
     # their steps cost 1.25x what the fit said: 0.94x AR against 1.00x held at plain steps; docs/adaptive-widths.md).
-    # A fixed `step_cost` is taken as exact (so is the prior that stands in for it where several workers plan).
+    # A fixed `step_cost` is taken as exact; the prior that stands in for a measured cost where several workers plan
+    # is not, and gets the margin.
     DRAFTING_MARGIN = 1.15
 
     def __init__(self, max_width: int, shape: Shape = Shape(), cost: StepCost | None = None,
@@ -314,9 +320,9 @@ class WidthPlanner:
 
     def _best(self, rates: torch.Tensor) -> int:
         """The index of the best of `rates` (tokens per second; index 0 the plain step), the first of equal ones (the
-        fewest rows); 0 unless it beats the plain step by `DRAFTING_MARGIN` (by any amount under a fixed cost)."""
+        fewest rows); 0 unless it beats the plain step by `DRAFTING_MARGIN` (by any amount under an exact cost)."""
         best = int(torch.argmax(rates))
-        margin = self.DRAFTING_MARGIN if self.cost.fixed is None else 1.0
+        margin = 1.0 if self.cost.exact else self.DRAFTING_MARGIN
         return best if rates[best] >= margin * rates[0] else 0
 
     def observe(self, rows: int, drafting: int, seconds: float) -> dict[str, float] | None:

@@ -66,6 +66,32 @@ def test_a_step_drafts_only_where_it_beats_a_plain_one_by_the_margin():
                      (False, 0.5): [2], (False, 1.0): [2], (False, 2.0): [0]}
 
 
+def test_the_prior_that_stands_in_for_a_measured_cost_gets_the_margin():
+    """Several workers planning one batch plan by the prior's shape, a guess and not a measurement: the margin
+    applies as to a measured cost, not the any-gain rule of a `step_cost` the config gives."""
+    from parallel_decoding.common.methods import parse_config
+    from parallel_decoding.common.width_planner import planner_for
+
+    shared = planner_for(parse_config("jacobi", {"block_size": 8}), 8, Shape(), measured=False)
+    given = planner_for(parse_config("jacobi", {"block_size": 8, "step_cost": list(shared.cost.coefficients)}), 8,
+                        Shape())
+    assert tuple(shared.cost.coefficients) == tuple(given.cost.coefficients)
+    assert not shared.cost.exact and given.cost.exact
+    plans = {}
+    for name, plan in (("shared", shared), ("given", given)):
+        for _ in range(10):  # the first draft accepted every other step
+            accepting(plan, ["a", "b"], [1, 1], steps=1)
+            accepting(plan, ["a", "b"], [0, 0], steps=1)
+        plans[name] = plan.plan(["a", "b"], [8, 8]).tolist()
+    gains = given.EXPECTED_SHARE * given.acceptance.rates(["a", "b"]).cumprod(1)
+    drafting = torch.tensor(plans["given"])
+    tokens = 2 + sum(float(g[:n].sum()) for g, n in zip(gains, plans["given"], strict=True))
+    seconds = float(given.cost.predict(given.shape.rows(drafting).sum(), torch.ones(())))
+    plain = 2 / float(given.cost.predict(torch.tensor(2.0), torch.zeros(())))
+    assert 1.0 < tokens / seconds / plain < shared.DRAFTING_MARGIN  # drafting pays, by less than the margin
+    assert any(plans["given"]) and plans["shared"] == [0, 0]
+
+
 def test_requests_whose_drafts_fail_stop_paying_for_them():
     plan = planner((1.0, 0.05, 0.0))
     accepting(plan, ["good", "bad"], [8, 0])
