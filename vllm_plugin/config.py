@@ -49,11 +49,11 @@ class EngineMethod:
 _P = "parallel_decoding.vllm_plugin"
 METHODS = {
     "diffusion_self": EngineMethod(f"{_P}.diffusion_self.DiffusionSelfProposer", f"{_P}.scheduler.LookaheadScheduler"),
-    "jacobi": EngineMethod(f"{_P}.jacobi.JacobiProposer"),
+    "jacobi": EngineMethod(f"{_P}.jacobi.JacobiProposer", f"{_P}.scheduler.CarryingScheduler"),
     "wedlm": EngineMethod(f"{_P}.wedlm.WeDLMProposer", f"{_P}.scheduler.WindowScheduler"),
     "diffusion": EngineMethod(f"{_P}.diffusion.DiffusionProposer", f"{_P}.scheduler.LookaheadScheduler"),
     "huginn": EngineMethod(f"{_P}.huginn.HuginnProposer", f"{_P}.scheduler.CommitScheduler"),
-    "wedlm_spec": EngineMethod(f"{_P}.wedlm_spec.WeDLMSpecProposer"),
+    "wedlm_spec": EngineMethod(f"{_P}.wedlm_spec.WeDLMSpecProposer", f"{_P}.scheduler.CarryingScheduler"),
 }
 QUADRATIC = EngineMethod(f"{_P}.quadratic_self_spec.QuadraticSelfSpecProposer", f"{_P}.scheduler.CommitScheduler")
 def engine_method(method: str, config: Any) -> EngineMethod:

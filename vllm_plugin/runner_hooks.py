@@ -58,7 +58,10 @@ def install() -> None:
     global _installed
     if _installed:
         return
+    from vllm.v1.outputs import EMPTY_MODEL_RUNNER_OUTPUT, ModelRunnerOutput
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    from parallel_decoding.vllm_plugin.scheduler import CARRIED
 
     propose_draft_token_ids = GPUModelRunner.propose_draft_token_ids
     input_fits_in_drafter = GPUModelRunner._input_fits_in_drafter
@@ -114,16 +117,20 @@ def install() -> None:
         """vLLM rewinds the generator of a seeded request whose sampled token it discards (a partial prefill, or a
         partial window of ours under load) by moving its philox offset, which a CPU generator does not have: the
         engine dies ("CPU Generator does not use offset"). Such a request samples this step without its CPU
-        generator, which stays as it was: the rewind's effect."""
+        generator, which stays as it was: the rewind's effect. The step's output carries the drafts for the next
+        step (`scheduler.CarryingScheduler` takes them there instead of asking for them)."""
         if not isinstance(getattr(self, "drafter", None), Hooked):
             return sample_tokens(self, *args, **kwargs)
         generators = self.input_batch.generators
         discarded = self.discard_request_mask.np[: self.input_batch.num_reqs].nonzero()[0].tolist()
         spared = {i: generators.pop(i) for i in discarded if i in generators and generators[i].device.type == "cpu"}
         try:
-            return sample_tokens(self, *args, **kwargs)
+            output = sample_tokens(self, *args, **kwargs)
         finally:
             generators.update(spared)
+        if isinstance(output, ModelRunnerOutput) and output is not EMPTY_MODEL_RUNNER_OUTPUT and output.req_ids:
+            setattr(output, CARRIED, self.take_draft_token_ids())  # our scheduler takes them from here
+        return output
 
     @functools.wraps(model_forward)
     def model_forward_positioned(self: Any, input_ids: Any = None, positions: Any = None, *args: Any, **kwargs: Any):

@@ -105,6 +105,8 @@ for spec in (None, {{"method": "ngram", "num_speculative_tokens": 3, "prompt_loo
     del llm
 assert not hasattr(GPUModelRunner.propose_draft_token_ids, "__wrapped__")
 assert not hasattr(GPUModelRunner._sample, "__wrapped__")
+from vllm.v1.engine.core import EngineCore
+assert not hasattr(EngineCore.post_step, "__wrapped__")
 from vllm.parser.parser_manager import ParserManager
 assert not hasattr(ParserManager.get_parser, "parallel_decoding")
 assert "vllm_plugin" not in _registry["vllm.v1.sample.rejection_sampler.expand_kernel"][1].__module__

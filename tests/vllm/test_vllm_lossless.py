@@ -106,6 +106,22 @@ def test_the_width_planner_decides_what_is_forwarded(engine_dir, requests, spec)
     assert drafted({"step_cost": [1.0, 0.0, 0.0]})[1] == drafted({"adaptive": False})[1] > 0
 
 
+@pytest.mark.parametrize("spec", [METHODS[5]], ids=["jacobi"])
+def test_each_step_carries_its_drafts_to_the_scheduler(engine_dir, requests, spec):
+    """The engine core takes the next step's drafts from the step's output (`scheduler.CarryingScheduler`), never
+    from a call to the worker of their own after the step; AR's output, drafting."""
+    batch, params, expected = requests
+    with engine(engine_dir["qwen3"], spec) as llm:
+        executor = llm.llm_engine.engine_core.engine_core.model_executor
+        asked = []
+        take = executor.take_draft_token_ids
+        executor.take_draft_token_ids = lambda: asked.append(1) or take()
+        got = llm.generate(batch, params)
+        drafted = acceptance(llm).num_draft_tokens
+    assert drafted > 0 and not asked
+    assert [o.outputs[0].token_ids for o in got] == [w.outputs[0].token_ids for w in expected]
+
+
 def test_off_by_one_acceptance_fails_the_comparison(engine_dir, requests, monkeypatch):
     """The tie-aware comparison still catches a broken acceptance rule: vLLM's rejection sampler made to accept
     the draft at the first mismatch (one draft too many) gives outputs `ties.compare_greedy` rejects."""
