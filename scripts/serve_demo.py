@@ -76,7 +76,8 @@ ROUNDS = 3  # rounds over the servers, in turn; each server's tokens/s is the me
 
 @dataclass
 class Server:
-    """A running server: its run and what it takes to read its metrics."""
+    """A running server's client, the run it fills, and the forwards a drafting step of its method runs (for tokens
+    per forward)."""
 
     client: openai.OpenAI
     run: Run
