@@ -55,6 +55,7 @@ class PluginProposer(runner_hooks.Hooked):
         self.config = parse_config(self.method, settings["config"])
         self.sampling: dict[str, SamplingParams] = {}
         self.generators: dict[str, torch.Generator] = {}
+        self.unadjusted: set[str] = set()  # requests whose target rows `adjust_targets` leaves as they are
         self.requests: dict[str, Any] = {}  # the method's own per-request state, where it keeps one
         self.workers: int = vllm_config.parallel_config.world_size  # each plans the batch for itself
         runner_hooks.install()
@@ -117,9 +118,9 @@ class PluginProposer(runner_hooks.Hooked):
         """A lossless method's target rows with each request's carried `logit_bias` added and, where it samples,
         `min_p`'s cut made as vLLM's sampler makes them, in place, before vLLM's rejection sampler and our drafts read
         them: vLLM applies neither under speculation (`requests.carry_adjustments` carries them past its check)."""
-        if self.committing:
-            return  # a committing decoder adjusts its own rows
         req_ids = runner.input_batch.req_ids
+        if self.committing or self.unadjusted.issuperset(req_ids):
+            return  # a committing decoder adjusts its own rows; none of the batch's requests asks for either
         ends = metadata.cu_num_sampled_tokens.tolist() if metadata is not None else range(1, len(req_ids) + 1)
         start = 0
         for req_id, end in zip(req_ids, ends, strict=True):
@@ -139,6 +140,8 @@ class PluginProposer(runner_hooks.Hooked):
         if req_id not in self.sampling:
             params = request_sampling(runner.requests[req_id].sampling_params)
             self.sampling[req_id] = params
+            if not params.logit_bias and (not params.min_p or params.greedy):
+                self.unadjusted.add(req_id)
             generator = torch.Generator()
             if params.seed is None:
                 generator.seed()
@@ -150,7 +153,8 @@ class PluginProposer(runner_hooks.Hooked):
     @property
     def entries(self) -> dict[str, int]:
         """How many requests each per-request table holds (all zero once vLLM has announced every finish)."""
-        tables = {"sampling": self.sampling, "generators": self.generators, "requests": self.requests}
+        tables = {"sampling": self.sampling, "generators": self.generators, "requests": self.requests,
+                  "unadjusted": self.unadjusted}
         return {name: len(table) for name, table in tables.items()}
 
     def forget(self, finished_req_ids: set[str]) -> None:
@@ -159,5 +163,6 @@ class PluginProposer(runner_hooks.Hooked):
             self.planner.forget(finished_req_ids)
         for req_id in finished_req_ids:
             self.sampling.pop(req_id, None)
+            self.unadjusted.discard(req_id)
             self.generators.pop(req_id, None)
             self.requests.pop(req_id, None)

@@ -41,8 +41,11 @@ def take_carried_drafts() -> None:
         if carried is None or self.batch_queue is not None:
             return post_step(self, model_executed)
         self.scheduler.carried = None
-        if model_executed and self.check_for_draft_tokens and not self.async_scheduling and carried[0] is not None:
-            self.scheduler.update_draft_token_ids(carried[0])
+        drafts = carried[0]
+        # No request drafted (a plain AR step): each scheduled request's drafts were emptied as it was scheduled.
+        if model_executed and self.check_for_draft_tokens and not self.async_scheduling and drafts is not None \
+                and any(drafts.draft_token_ids):
+            self.scheduler.update_draft_token_ids(drafts)
         return None
 
     post_step_carried.takes_carried_drafts = True  # type: ignore[attr-defined]

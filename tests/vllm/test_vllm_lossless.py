@@ -66,12 +66,6 @@ def test_greedy_equals_no_speculation(engine_dir, requests, spec):
     assert stats.num_drafts > 0
 
 
-
-
-
-
-
-
 @pytest.mark.parametrize("spec", [METHODS[1], METHODS[5]], ids=["diffusion_self", "jacobi"])
 def test_metrics_match_reference(engine_dir, prompts, spec):
     """On the prompts whose decoding takes no near-tied decision (drafts included), vLLM's counters are the
@@ -89,11 +83,17 @@ def test_metrics_match_reference(engine_dir, prompts, spec):
 
 
 @pytest.mark.parametrize("spec", [METHODS[1], METHODS[5]], ids=["diffusion_self", "jacobi"])
-def test_the_width_planner_decides_what_is_forwarded(engine_dir, requests, spec):
+def test_the_width_planner_decides_what_is_forwarded(engine_dir, requests, spec, monkeypatch):
     """With rows dear (`step_cost`: a row costs a hundred times a step's base) no request drafts: every step is a
-    plain AR step; with rows free every request drafts the full width, as `adaptive: false` does. AR's output
-    either way."""
+    plain AR step, prepared as vLLM prepares one without speculation (no speculative metadata over zero drafts);
+    with rows free every request drafts the full width, as `adaptive: false` does. AR's output either way."""
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
     batch, params, expected = requests
+    metadata = GPUModelRunner._calc_spec_decode_metadata
+    built = []
+    monkeypatch.setattr(GPUModelRunner, "_calc_spec_decode_metadata",
+                        lambda self, *args, **kwargs: built.append(1) or metadata(self, *args, **kwargs))
 
     def drafted(extra: dict) -> tuple[list, int]:
         """Outputs and draft tokens of an engine that is gone when this returns (one engine at a time)."""
@@ -101,9 +101,10 @@ def test_the_width_planner_decides_what_is_forwarded(engine_dir, requests, spec)
             return llm.generate(batch, params), acceptance(llm).num_draft_tokens
 
     dear, none = drafted({"step_cost": [0.01, 1.0, 1.0]})
-    assert none == 0
+    assert none == 0 and not built
     assert [o.outputs[0].token_ids for o in dear] == [w.outputs[0].token_ids for w in expected]
     assert drafted({"step_cost": [1.0, 0.0, 0.0]})[1] == drafted({"adaptive": False})[1] > 0
+    assert built
 
 
 @pytest.mark.parametrize("spec", [METHODS[5]], ids=["jacobi"])
