@@ -18,16 +18,18 @@ records {engine, checkpoint, method, config, batch_size, tokens_per_second, toke
 acceptance_length, acceptance_histogram, planner, speedup, speedups, conversion}. A method that chooses its widths
 by load (`common.width_planner`, the default of `jacobi` and linear `diffusion_self`) also runs pinned to its
 configured width (`NAME-fixed`, `"adaptive": false`); `planner` is what the planner chose and its fitted cost model
-(null where the method does not adapt). Speedup is over AR on the same checkpoint and batch size in the same run;
-`--repeats N` runs the whole plan N times in turn and keeps, per record, the run with the median speedup
-(`speedups`: each run's), since this machine's runs move by several percent. Conversion is
-speedup / tokens per forward (how much of the forwards saved becomes time saved). Tokens per forward counts every
-model forward a request takes part in: for AR and ngram from vLLM's counters (each target forward yields 1 +
-accepted tokens); for our methods from `common/`'s reference runner on the same prompts at the configured width,
-whose decisions the engine paths reproduce token for token (tested), since the engines do not count our extra
-forwards (drafts, reveals). p_cache is WeDLM's eq. 4. Acceptance length is tokens per verify step (vLLM: per
-draft; SGLang: per speculative step after the prefill); the histogram counts verify steps by accepted drafts (vLLM
-only).
+(null where the method does not adapt). Speedup is over AR on the same checkpoint and batch size in the same run.
+In vLLM the engines of a batch size and checkpoint (AR, the methods, their peers) are up at once, each in a process
+of its own, and time one batch each in turn, round r starting from the r-th (`scripts.alternating`; this machine's
+pace drifts by more than what is measured within minutes): a run's speedup is the median of its rounds' ratios to
+AR's (`rounds_tokens_per_second`: each round's rate). SGLang's engines run one after another. `--repeats N` runs the
+whole plan N times in turn and keeps, per record, the run with the median speedup (`speedups`: each run's).
+Conversion is speedup / tokens per forward (how much of the forwards saved becomes time saved). Tokens per forward
+counts every model forward a request takes part in: for AR and ngram from vLLM's counters (each target forward
+yields 1 + accepted tokens); for our methods from `common/`'s reference runner on the same prompts at the configured
+width, whose decisions the engine paths reproduce token for token (tested), since the engines do not count our extra
+forwards (drafts, reveals). p_cache is WeDLM's eq. 4. Acceptance length is tokens per verify step (vLLM: per draft;
+SGLang: per speculative step after the prefill); the histogram counts verify steps by accepted drafts (vLLM only).
 `--engine reference` times `common/`'s reference runner itself (transformers, one request at a time, so batch 1
 only, at the configured width: it has no planner), on `--device` (a GPU where there is one): what the methods' saved
 forwards become where a forward's cost hardly grows with its rows. Its tokens per forward are its own counts.
@@ -46,12 +48,14 @@ bounds the wavefront's steps a request (a Raven whose latents hardly converge ca
 
 import argparse
 import json
+import statistics
 import time
 from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
 
+from scripts.alternating import alternate
 from scripts.trained_models import copy
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
@@ -115,53 +119,68 @@ def histogram(num_drafts: int, accepted_per_position: list[int]) -> list[int]:
     return [reached[k] - reached[k + 1] for k in range(len(reached) - 1)]
 
 
-def run_vllm(model: str, spec: dict | None, batch_size: int, max_tokens: int, rounds: int, prompts: list[str],
-             dtype: str = "float32", max_model_len: int = 512) -> dict:
-    """Generate `rounds` batches of `batch_size` prompts; measure after one warm-up batch.
+class VllmRun:
+    """One vLLM engine of a bench run (its core in a process of its own, vLLM's default), built and warmed up with
+    one batch, then timed a batch of `batch_size` prompts at a time (`round`); `finish` is its record."""
 
-    The engine core runs in its own process (vLLM's default), so engines of several methods follow each other.
-    """
-    from vllm import LLM, SamplingParams
+    def __init__(self, model: str, spec: dict | None, batch_size: int, max_tokens: int, rounds: int,
+                 prompts: list[str], dtype: str = "float32", max_model_len: int = 512) -> None:
+        from vllm import LLM, SamplingParams
 
-    from parallel_decoding.vllm_plugin.metrics import acceptance, planner
+        from parallel_decoding.vllm_plugin.metrics import acceptance
 
-    llm = LLM(model=model, speculative_config=spec, enforce_eager=True, kv_cache_memory_bytes=256 << 20,
-              dtype=dtype, max_model_len=max_model_len, max_num_seqs=batch_size, disable_log_stats=False, seed=0,
-              worker_extension_cls="parallel_decoding.vllm_plugin.probe.StateProbe")
-    params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
-    batches = [[prompts[(r * batch_size + i) % len(prompts)] for i in range(batch_size)] for r in range(rounds)]
-    llm.generate(batches[0], params, use_tqdm=False)
-    before = acceptance(llm) if spec else None
-    start, tokens = time.perf_counter(), 0
-    for batch in batches:
-        tokens += sum(len(o.outputs[0].token_ids) for o in llm.generate(batch, params, use_tqdm=False))
-    seconds = time.perf_counter() - start
-    drafts = accepted = 0
-    counts = None
-    if spec:
-        after = acceptance(llm)
-        drafts = after.num_drafts - before.num_drafts
-        accepted = after.num_accepted_tokens - before.num_accepted_tokens
-        per_position = [a - b for a, b in zip(after.accepted_per_position, before.accepted_per_position + [0] * (
-            len(after.accepted_per_position) - len(before.accepted_per_position)), strict=True)]
-        counts = histogram(drafts, per_position)
-    widths = planner(llm) if spec else None
-    del llm
-    return {
-        "tokens_per_second": tokens / seconds,
-        "tokens_per_forward": tokens / (tokens - accepted) if accepted < tokens else None,
-        "p_cache": None if spec else 1.0,
-        "acceptance_length": 1 + accepted / drafts if drafts else 1.0,
-        "acceptance_histogram": counts,
-        "tokens": tokens,
-        "seconds": seconds,
-        "planner": widths,
-    }
+        self.spec = spec
+        self.llm = LLM(model=model, speculative_config=spec, enforce_eager=True, kv_cache_memory_bytes=256 << 20,
+                       dtype=dtype, max_model_len=max_model_len, max_num_seqs=batch_size, disable_log_stats=False,
+                       seed=0, worker_extension_cls="parallel_decoding.vllm_plugin.probe.StateProbe")
+        self.params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
+        self.batches = [[prompts[(r * batch_size + i) % len(prompts)] for i in range(batch_size)]
+                        for r in range(rounds)]
+        self.llm.generate(self.batches[0], self.params, use_tqdm=False)
+        self.before = acceptance(self.llm) if spec else None
+        self.tokens, self.seconds, self.timed = 0, 0.0, 0
+
+    def round(self) -> float:
+        """Generate the next batch; its tokens per second."""
+        batch = self.batches[self.timed % len(self.batches)]
+        start = time.perf_counter()
+        tokens = sum(len(o.outputs[0].token_ids) for o in self.llm.generate(batch, self.params, use_tqdm=False))
+        seconds = time.perf_counter() - start
+        self.tokens, self.seconds, self.timed = self.tokens + tokens, self.seconds + seconds, self.timed + 1
+        return tokens / seconds
+
+    def finish(self) -> dict:
+        """The record of the batches timed so far; the engine is gone after it."""
+        from parallel_decoding.vllm_plugin.metrics import acceptance, planner
+
+        drafts = accepted = 0
+        counts = None
+        if self.spec:
+            after, before = acceptance(self.llm), self.before
+            drafts = after.num_drafts - before.num_drafts
+            accepted = after.num_accepted_tokens - before.num_accepted_tokens
+            per_position = [a - b for a, b in zip(after.accepted_per_position, before.accepted_per_position + [0] * (
+                len(after.accepted_per_position) - len(before.accepted_per_position)), strict=True)]
+            counts = histogram(drafts, per_position)
+        widths = planner(self.llm) if self.spec else None
+        del self.llm
+        tokens = self.tokens
+        return {
+            "tokens_per_second": tokens / self.seconds,
+            "tokens_per_forward": tokens / (tokens - accepted) if accepted < tokens else None,
+            "p_cache": None if self.spec else 1.0,
+            "acceptance_length": 1 + accepted / drafts if drafts else 1.0,
+            "acceptance_histogram": counts,
+            "tokens": tokens,
+            "seconds": self.seconds,
+            "planner": widths,
+        }
 
 
 def run_sglang(model: str, spec: dict | None, batch_size: int, max_tokens: int, rounds: int, prompts: list[str],
                dtype: str = "float32", max_model_len: int = 512) -> dict:
-    """As `run_vllm`, on an offline `sglang.Engine` selecting the method with `decode_mode` / `decode_config`."""
+    """As `VllmRun`, on an offline `sglang.Engine` selecting the method with `decode_mode` / `decode_config`, its
+    `rounds` batches timed one after another."""
     import os
 
     import torch
@@ -246,17 +265,25 @@ def reference_costs(model_dir: str, spec: dict, max_tokens: int, prompts: list[s
 
 def summarise(engine: str, runs: dict[tuple, list[dict]], specs: dict[tuple, dict | None]) -> list[dict]:
     """One record per (batch size, checkpoint, method) from its runs `runs[key]` (one per repeat; AR's is the
-    baseline): the run whose speedup over the AR run of the same repeat is the median (`speedups`: every repeat's)."""
+    baseline): the run whose speedup over the AR run of the same repeat is the median (`speedups`: every repeat's).
+    A run timed a batch at a time beside its AR run (`rounds_tokens_per_second`, vLLM's `alternating` engines) is
+    set beside it round by round: its speedup is the median of its rounds' ratios."""
+    def speedup(run: dict, ar: dict) -> float:
+        rounds, ar_rounds = run.get("rounds_tokens_per_second"), ar.get("rounds_tokens_per_second")
+        if rounds and ar_rounds and len(rounds) == len(ar_rounds):
+            return statistics.median(r / a for r, a in zip(rounds, ar_rounds, strict=True))
+        return run["tokens_per_second"] / ar["tokens_per_second"]
+
     records = []
     for key, results in runs.items():
         size, checkpoint, name = key
         baseline = runs[(size, checkpoint, "ar")]
-        speedups = [r["tokens_per_second"] / a["tokens_per_second"] for r, a in zip(results, baseline, strict=True)]
+        speedups = [speedup(r, a) for r, a in zip(results, baseline, strict=True)]
         median = sorted(range(len(results)), key=speedups.__getitem__)[len(results) // 2]
-        result, speedup = results[median], speedups[median]
+        result, chosen = results[median], speedups[median]
         records.append({"engine": engine, "checkpoint": checkpoint, "method": name, "config": specs[key],
-                        "batch_size": size, **result, "speedup": speedup, "speedups": speedups,
-                        "conversion": speedup / result["tokens_per_forward"] if result["tokens_per_forward"] else None})
+                        "batch_size": size, **result, "speedup": chosen, "speedups": speedups,
+                        "conversion": chosen / result["tokens_per_forward"] if result["tokens_per_forward"] else None})
     return records
 
 
@@ -336,7 +363,7 @@ def main() -> None:
     if args.model == "huginn":
         huginn(args)
         return
-    run = {"vllm": run_vllm, "sglang": run_sglang, "reference": run_reference}[args.engine]
+    run = run_sglang  # vLLM's engines alternate (below)
     if args.engine == "reference":
         import functools
 
@@ -368,22 +395,33 @@ def main() -> None:
                     plan.append((size, checkpoint, f"ngram-{width(spec)}", ngram(spec)))
     runs: dict[tuple, list[dict]] = {}
     specs, costs = {}, {}
-    for repeat, size, checkpoint, name, spec in tqdm([(r, *step) for r in range(args.repeats) for step in plan],
-                                                     desc=f"{args.engine} bench"):
-        if len(runs.get((size, checkpoint, name), ())) > repeat:
-            continue  # the same ngram width for two methods on one checkpoint
+    dtype_here = "float32" if args.engine == "sglang" else dtype
+    context = () if args.engine == "reference" else (1024 if args.model == "smollm2" else 512,)
+    # vLLM: the engines of a batch size and checkpoint are up at once, their batches timed in turn (`alternating`);
+    # the other engines run one after another.
+    groups: dict[tuple, dict[str, dict | None]] = {}
+    for repeat, size, checkpoint, name, spec in [(r, *step) for r in range(args.repeats) for step in plan]:
+        key = (repeat, size, checkpoint) if args.engine == "vllm" else (repeat, size, checkpoint, name)
+        groups.setdefault(key, {})[name] = spec  # the same ngram width for two methods on one checkpoint: once
+    for (_, size, checkpoint, *_), chosen_specs in tqdm(groups.items(), desc=f"{args.engine} bench"):
         model = str(paths[checkpoint])
-        dtype_here = "float32" if args.engine == "sglang" else dtype
-        context = () if args.engine == "reference" else (1024 if args.model == "smollm2" else 512,)
-        result = run(model, spec, size, args.max_tokens, args.rounds, prompts, dtype_here, *context)
-        if spec is not None and spec["method"] != "ngram" and args.engine != "reference":
-            # The reference's costs (at the configured width) depend on neither the batch size nor the planner.
-            key = json.dumps([model, {k: v for k, v in spec.items() if k != "adaptive"}])
-            if key not in costs:
-                costs[key] = reference_costs(model, spec, args.max_tokens, prompts)
-            result.update(costs[key])
-        runs.setdefault((size, checkpoint, name), []).append(result)
-        specs[(size, checkpoint, name)] = spec
+        if args.engine == "vllm":
+            results = alternate({name: (VllmRun, (model, spec, size, args.max_tokens, args.rounds, prompts,
+                                                   dtype_here, *context)) for name, spec in chosen_specs.items()},
+                                args.rounds)
+        else:
+            results = {name: run(model, spec, size, args.max_tokens, args.rounds, prompts, dtype_here, *context)
+                       for name, spec in chosen_specs.items()}
+        for name, spec in chosen_specs.items():
+            result = results[name]
+            if spec is not None and spec["method"] != "ngram" and args.engine != "reference":
+                # The reference's costs (at the configured width) depend on neither the batch size nor the planner.
+                cost_key = json.dumps([model, {k: v for k, v in spec.items() if k != "adaptive"}])
+                if cost_key not in costs:
+                    costs[cost_key] = reference_costs(model, spec, args.max_tokens, prompts)
+                result.update(costs[cost_key])
+            runs.setdefault((size, checkpoint, name), []).append(result)
+            specs[(size, checkpoint, name)] = spec
     records = summarise(args.engine, runs, specs)
     Path(args.json).write_text(json.dumps(records, indent=1))
     print(f"{'method':<30}{'batch':>6}{'tok/s':>10}{'tok/fwd':>9}{'p_cache':>9}{'acc len':>9}{'speedup':>9}{'conv':>7}")

@@ -10,8 +10,10 @@ import pytest
 
 from parallel_decoding.common.quadratic_self_spec import QuadraticSelfSpecConfig, quadratic_forward
 from scripts import bench_huginn
+from scripts.alternating import alternate
 from scripts.bench import METHODS, histogram, summarise
 from scripts.profile_step import rows_width, with_peer_ratio
+from tests.support.fake_engine import FakeEngine
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -34,6 +36,30 @@ def test_repeats_keep_the_median_run_against_its_own_ar():
     assert jacobi["speedups"] == [0.9, 1.2, 1.25] and jacobi["speedup"] == 1.2
     assert jacobi["tokens_per_second"] == 60.0 and jacobi["conversion"] == 0.6
     assert jacobi["config"] == {"method": "jacobi"} and jacobi["batch_size"] == 8
+
+
+def test_alternating_runs_are_set_beside_ar_round_by_round():
+    """vLLM's engines up at once (`--engine vllm`): a repeat's speedup is the median of its rounds' ratios to AR's
+    rounds, not the ratio of their totals (one slow round of AR's would carry it)."""
+    def run(rounds: list[float]) -> dict:
+        return {"tokens_per_second": sum(rounds) / len(rounds), "tokens_per_forward": 1.0,
+                "rounds_tokens_per_second": rounds}
+
+    runs = {(8, "nld", "ar"): [run([100.0, 100.0, 20.0])], (8, "nld", "jacobi"): [run([90.0, 95.0, 19.0])]}
+    jacobi = summarise("vllm", runs, {(8, "nld", "ar"): None, (8, "nld", "jacobi"): {"method": "jacobi"}})[1]
+    assert jacobi["speedup"] == 0.95 and jacobi["speedups"] == [0.95]
+
+
+def test_alternate_keeps_engines_up_and_rotates_their_rounds(tmp_path):
+    """Every engine is built once and times one batch a round, round r starting from the r-th engine; each record
+    carries its rounds' rates; an engine's failure is raised with its name."""
+    log = tmp_path / "log"
+    engines = {name: (FakeEngine, (name, str(log), rate)) for name, rate in (("ar", 10.0), ("a", 20.0), ("b", 5.0))}
+    records = alternate(engines, 4)
+    assert log.read_text().split() == ["ar", "a", "b", "a", "b", "ar", "b", "ar", "a", "ar", "a", "b"]
+    assert records["a"] == {"name": "a", "rounds": 4, "rounds_tokens_per_second": [20.0] * 4}
+    with pytest.raises(RuntimeError, match="engine broken failed"):
+        alternate({"broken": (FakeEngine, ("broken", str(log), 1.0))}, 1)
 
 
 def test_huginn_record_against_ar():
@@ -75,6 +101,7 @@ def test_quick_bench(tmp_path):
     assert jacobi["checkpoint"] == "jacobi_forcing" and jacobi["tokens_per_forward"] > 1.0
     assert jacobi["conversion"] == jacobi["speedup"] / jacobi["tokens_per_forward"]
     assert sum(fixed["acceptance_histogram"]) > 0 and records["ar"]["speedup"] == 1.0
+    assert all(len(r["rounds_tokens_per_second"]) == 1 for r in records.values())  # up at once, a round each
     assert jacobi["planner"]["steps"] > 0 and jacobi["planner"]["measured_steps"] > 0 and fixed["planner"] is None
     assert (tmp_path / "b.png").stat().st_size > 0
 
