@@ -19,17 +19,17 @@ acceptance_length, acceptance_histogram, planner, speedup, speedups, conversion}
 by load (`common.width_planner`, the default of `jacobi` and linear `diffusion_self`) also runs pinned to its
 configured width (`NAME-fixed`, `"adaptive": false`); `planner` is what the planner chose and its fitted cost model
 (null where the method does not adapt). Speedup is over AR on the same checkpoint and batch size in the same run.
-In vLLM the engines of a batch size and checkpoint (AR, the methods, their peers) are up at once, each in a process
-of its own, and time one batch each in turn, round r starting from the r-th (`scripts.alternating`; this machine's
-pace drifts by more than what is measured within minutes): a run's speedup is the median of its rounds' ratios to
-AR's (`rounds_tokens_per_second`: each round's rate). SGLang's engines run one after another. `--repeats N` runs the
-whole plan N times in turn and keeps, per record, the run with the median speedup (`speedups`: each run's).
-Conversion is speedup / tokens per forward (how much of the forwards saved becomes time saved). Tokens per forward
-counts every model forward a request takes part in: for AR and ngram from vLLM's counters (each target forward
-yields 1 + accepted tokens); for our methods from `common/`'s reference runner on the same prompts at the configured
-width, whose decisions the engine paths reproduce token for token (tested), since the engines do not count our extra
-forwards (drafts, reveals). p_cache is WeDLM's eq. 4. Acceptance length is tokens per verify step (vLLM: per draft;
-SGLang: per speculative step after the prefill); the histogram counts verify steps by accepted drafts (vLLM only).
+The engines of a batch size and checkpoint (AR, the methods, their peers) are up at once, each in a process of its
+own, and time one batch each in turn, round r starting from the r-th (`scripts.alternating`; this machine's pace
+drifts by more than what is measured within minutes): a run's speedup is the median of its rounds' ratios to AR's
+(`rounds_tokens_per_second`: each round's rate). `--repeats N` runs the whole plan N times in turn and keeps, per
+record, the run with the median speedup (`speedups`: each run's). Conversion is speedup / tokens per forward (how
+much of the forwards saved becomes time saved). Tokens per forward counts every model forward a request takes part
+in: for AR and ngram from vLLM's counters (each target forward yields 1 + accepted tokens); for our methods from
+`common/`'s reference runner on the same prompts at the configured width, whose decisions the engine paths reproduce
+token for token (tested), since the engines do not count our extra forwards (drafts, reveals). p_cache is WeDLM's
+eq. 4. Acceptance length is tokens per verify step (vLLM: per draft; SGLang: per speculative step after the
+prefill); the histogram counts verify steps by accepted drafts (vLLM only).
 `--engine reference` times `common/`'s reference runner itself (transformers, one request at a time, so batch 1
 only, at the configured width: it has no planner), on `--device` (a GPU where there is one): what the methods' saved
 forwards become where a forward's cost hardly grows with its rows. Its tokens per forward are its own counts.
@@ -177,47 +177,65 @@ class VllmRun:
         }
 
 
-def run_sglang(model: str, spec: dict | None, batch_size: int, max_tokens: int, rounds: int, prompts: list[str],
-               dtype: str = "float32", max_model_len: int = 512) -> dict:
-    """As `VllmRun`, on an offline `sglang.Engine` selecting the method with `decode_mode` / `decode_config`, its
-    `rounds` batches timed one after another."""
-    import os
+class SglangRun:
+    """As `VllmRun`, on an offline `sglang.Engine` selecting the method with `decode_mode` / `decode_config`."""
 
-    import torch
+    def __init__(self, model: str, spec: dict | None, batch_size: int, max_tokens: int, rounds: int,
+                 prompts: list[str], dtype: str = "float32", max_model_len: int = 512) -> None:
+        import os
 
-    from scripts.sglang_server import CPU_KWARGS, cpu_env
+        import torch
 
-    if not torch.cuda.is_available():
-        os.environ.update(cpu_env())
-    import sglang
+        from scripts.sglang_server import CPU_KWARGS, cpu_env
 
-    kwargs = {"context_length": max_model_len} | ({} if torch.cuda.is_available() else {**CPU_KWARGS, "dtype": dtype})
-    if spec is not None:
-        kwargs.update(decode_mode=spec["method"], decode_config={k: v for k, v in spec.items() if k != "method"})
-    engine = sglang.Engine(model_path=model, max_running_requests=batch_size, random_seed=0, **kwargs)
-    params = {"temperature": 0, "max_new_tokens": max_tokens, "ignore_eos": True}
-    batches = [[prompts[(r * batch_size + i) % len(prompts)] for i in range(batch_size)] for r in range(rounds)]
-    try:
-        engine.generate(batches[0], params)
-        start, outputs = time.perf_counter(), []
-        for batch in batches:
-            outputs += engine.generate(batch, params)
+        if not torch.cuda.is_available():
+            os.environ.update(cpu_env())
+        import sglang
+
+        kwargs = {"context_length": max_model_len} | ({} if torch.cuda.is_available() else {**CPU_KWARGS,
+                                                                                                "dtype": dtype})
+        if spec is not None:
+            kwargs.update(decode_mode=spec["method"], decode_config={k: v for k, v in spec.items() if k != "method"})
+        self.spec = spec
+        self.engine = sglang.Engine(model_path=model, max_running_requests=batch_size, random_seed=0, **kwargs)
+        self.params = {"temperature": 0, "max_new_tokens": max_tokens, "ignore_eos": True}
+        self.batches = [[prompts[(r * batch_size + i) % len(prompts)] for i in range(batch_size)]
+                        for r in range(rounds)]
+        self.outputs: list[dict] = []
+        self.seconds, self.timed = 0.0, 0
+        try:
+            self.engine.generate(self.batches[0], self.params)
+        except BaseException:
+            self.engine.shutdown()
+            raise
+
+    def round(self) -> float:
+        """Generate the next batch; its tokens per second."""
+        batch = self.batches[self.timed % len(self.batches)]
+        start = time.perf_counter()
+        outputs = self.engine.generate(batch, self.params)
         seconds = time.perf_counter() - start
-        widths = engine.get_server_info()["internal_states"][0].get("parallel_decoding_width_planner")
-    finally:
-        engine.shutdown()
-    tokens = sum(out["meta_info"]["completion_tokens"] for out in outputs)
-    steps = sum(out["meta_info"].get("spec_verify_ct") or 0 for out in outputs)
-    return {
-        "tokens_per_second": tokens / seconds,
-        "tokens_per_forward": None if spec else 1.0,
-        "p_cache": None if spec else 1.0,
-        "acceptance_length": (tokens - len(outputs)) / steps if steps else 1.0,
-        "acceptance_histogram": None,
-        "tokens": tokens,
-        "seconds": seconds,
-        "planner": widths,
-    }
+        self.outputs, self.seconds, self.timed = self.outputs + outputs, self.seconds + seconds, self.timed + 1
+        return sum(out["meta_info"]["completion_tokens"] for out in outputs) / seconds
+
+    def finish(self) -> dict:
+        """The record of the batches timed so far; the engine is shut down."""
+        try:
+            widths = self.engine.get_server_info()["internal_states"][0].get("parallel_decoding_width_planner")
+        finally:
+            self.engine.shutdown()
+        tokens = sum(out["meta_info"]["completion_tokens"] for out in self.outputs)
+        steps = sum(out["meta_info"].get("spec_verify_ct") or 0 for out in self.outputs)
+        return {
+            "tokens_per_second": tokens / self.seconds,
+            "tokens_per_forward": None if self.spec else 1.0,
+            "p_cache": None if self.spec else 1.0,
+            "acceptance_length": (tokens - len(self.outputs)) / steps if steps else 1.0,
+            "acceptance_histogram": None,
+            "tokens": tokens,
+            "seconds": self.seconds,
+            "planner": widths,
+        }
 
 
 def reference_run(model_dir: str, spec: dict | None, max_tokens: int, prompts: list[str], dtype: str = "float32",
@@ -363,8 +381,7 @@ def main() -> None:
     if args.model == "huginn":
         huginn(args)
         return
-    run = run_sglang  # vLLM's engines alternate (below)
-    if args.engine == "reference":
+    if args.engine == "reference":  # vLLM's and SGLang's engines alternate (below)
         import functools
 
         import torch
@@ -396,21 +413,22 @@ def main() -> None:
     runs: dict[tuple, list[dict]] = {}
     specs, costs = {}, {}
     dtype_here = "float32" if args.engine == "sglang" else dtype
-    context = () if args.engine == "reference" else (1024 if args.model == "smollm2" else 512,)
-    # vLLM: the engines of a batch size and checkpoint are up at once, their batches timed in turn (`alternating`);
-    # the other engines run one after another.
+    max_model_len = 1024 if args.model == "smollm2" else 512
+    # The engines of a batch size and checkpoint are up at once, their batches timed in turn (`alternating`); the
+    # reference runner's runs follow each other.
+    serving = {"vllm": VllmRun, "sglang": SglangRun}.get(args.engine)
     groups: dict[tuple, dict[str, dict | None]] = {}
     for repeat, size, checkpoint, name, spec in [(r, *step) for r in range(args.repeats) for step in plan]:
-        key = (repeat, size, checkpoint) if args.engine == "vllm" else (repeat, size, checkpoint, name)
+        key = (repeat, size, checkpoint) if serving else (repeat, size, checkpoint, name)
         groups.setdefault(key, {})[name] = spec  # the same ngram width for two methods on one checkpoint: once
     for (_, size, checkpoint, *_), chosen_specs in tqdm(groups.items(), desc=f"{args.engine} bench"):
         model = str(paths[checkpoint])
-        if args.engine == "vllm":
-            results = alternate({name: (VllmRun, (model, spec, size, args.max_tokens, args.rounds, prompts,
-                                                   dtype_here, *context)) for name, spec in chosen_specs.items()},
+        if serving:
+            results = alternate({name: (serving, (model, spec, size, args.max_tokens, args.rounds, prompts,
+                                                   dtype_here, max_model_len)) for name, spec in chosen_specs.items()},
                                 args.rounds)
         else:
-            results = {name: run(model, spec, size, args.max_tokens, args.rounds, prompts, dtype_here, *context)
+            results = {name: run(model, spec, size, args.max_tokens, args.rounds, prompts, dtype_here)
                        for name, spec in chosen_specs.items()}
         for name, spec in chosen_specs.items():
             result = results[name]
