@@ -46,6 +46,9 @@ class QuadraticSelfSpecProposer(CommitProposer):
                 continue
             if state.idle:
                 self.wake(runner, row, state)
+                if state.decoder.finished:  # woken at its last step: the token vLLM just sampled ends it
+                    drafts[row] = []
+                    continue
             state.forward = state.decoder.next_forward()
             drafts[row] = state.forward.token_ids[1:].tolist()
         return drafts

@@ -3,6 +3,8 @@ structured mask applied inside the same forward) returns exactly the tokens of `
 greedy and sampled, batched; on the shipped trained NLD checkpoint it is greedy AR, accepts the drafts the
 reference accepts, and runs one forward per step; its width planner decides the rows forwarded."""
 
+from collections import Counter
+
 import pytest
 
 from tests.support.vllm_engine import engine  # isort: split
@@ -43,3 +45,26 @@ def test_trained_nld_greedy_equals_ar_and_accepts_as_the_reference():
     assert fixed.num_accepted_tokens == sum(d.acceptance.num_accepted_tokens for d in reference_decoders)
     assert fixed.num_drafts == sum(d.forwards - 1 for d in reference_decoders)  # one forward per step
     assert sum(d.tokens_per_forward for d in reference_decoders) / len(prompts) > 1.2
+
+
+def test_a_request_held_at_no_draft_until_its_last_step(engine_dir, prompts, monkeypatch):
+    """A request the planner holds at no draft (its decoder paused, vLLM's sampler taking its plain steps) and gives
+    drafts at the step whose token ends it: its decoder, woken, takes that token and plans nothing past its end
+    (the engine died on it, 2026-11-29). vLLM's own greedy tokens."""
+    from parallel_decoding.vllm_plugin import quadratic_self_spec
+
+    steps: Counter = Counter()
+
+    def last_step_only(planner, keys, decoders):
+        for key, decoder in zip(keys, decoders, strict=True):
+            steps[key] += 1  # a step's draft: the request holds as many tokens as it has had steps
+            decoder.cap(decoder.most_drafts if steps[key] == MAX_TOKENS else 0)
+
+    monkeypatch.setattr(quadratic_self_spec, "cap_widths", last_step_only)
+    greedy = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True)
+    with engine(engine_dir["qwen3"]) as llm:
+        want = llm.generate(prompts, greedy)
+    with engine(engine_dir["qwen3"], SPEC) as llm:
+        got = llm.generate(prompts, greedy)
+    assert sorted(set(steps.values())) == [MAX_TOKENS] and len(steps) == len(prompts)
+    assert [o.outputs[0].token_ids for o in got] == [w.outputs[0].token_ids for w in want]
