@@ -6,6 +6,10 @@ from the engine's own recent step times) and how far each request's drafts get a
 draft position and conditional on the positions before it, with the method's recent requests as the prior). The
 plan is a greedy marginal allocation over the batch's (request, position) pairs in one sort, deterministic given
 those inputs, so a test can drive it with a fixed `StepCost`. Lossless methods' output does not depend on it.
+
+Its arrays are numpy's: a plan is a few dozen operations on arrays of a batch's size, run every step beside the
+forward, and numpy's operation costs about a microsecond where torch's, in a serving process whose torch runs
+several threads, costs ten (0.6 ms a step at batch 1 on the 2-core CPU, measured: docs/adaptive-widths.md).
 """
 
 import time
@@ -14,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import numpy as np
 import torch
 
 from parallel_decoding.common.errors import require
@@ -43,12 +48,12 @@ class Shape:
     branches: int = 0
     uniform: bool = False
 
-    def rows(self, widths: torch.Tensor) -> torch.Tensor:
+    def rows(self, widths: Any) -> np.ndarray:
         """Rows a request forwards (in all of its step's forwards) at each width, in a step like the last."""
-        widths = widths.double()
+        widths = np.asarray(widths, dtype=np.float64)
         if self.quadratic:
-            return torch.where(widths > 0, (widths + 1) * (widths + 3), torch.ones_like(widths))
-        linear = (1 + widths) * (1 + ((self.extra_forward or self.mask_slots) & (widths > 0)).double())
+            return np.where(widths > 0, (widths + 1) * (widths + 3), 1.0)
+        linear = (1 + widths) * (1 + ((self.extra_forward or self.mask_slots) & (widths > 0)))
         return linear + self.branches * widths
 
 
@@ -95,7 +100,7 @@ class StepCost:
             self._fit, self.unfitted = self.fitted(), 0
         return self._fit
 
-    def predict(self, rows: torch.Tensor, drafting: torch.Tensor) -> torch.Tensor:
+    def predict(self, rows: Any, drafting: Any) -> Any:
         """Predicted seconds of steps forwarding `rows`, verifying drafts where `drafting` is 1."""
         base, per_row, per_drafting = self.coefficients
         return base + per_row * rows + per_drafting * drafting
@@ -103,25 +108,28 @@ class StepCost:
     def fitted(self) -> tuple[float, float, float]:
         if not self.steps:
             return self.prior
-        seen = torch.tensor(list(self.steps), dtype=torch.float64)
-        rows, extra, seconds = seen.unbind(1)
-        prior = torch.tensor(self.prior, dtype=torch.float64)
-        scale = (seconds / (prior[0] + prior[1] * rows + prior[2] * extra)).median()
+        rows, extra, seconds = np.array(self.steps, dtype=np.float64).T
+        prior = np.array(self.prior, dtype=np.float64)
+        ratios = np.sort(seconds / (prior[0] + prior[1] * rows + prior[2] * extra))
+        scale = float(ratios[(len(ratios) - 1) // 2])  # the lower median
         # The prior as pseudo-steps: one row, 64 rows, one row in a drafting step.
-        pseudo = torch.tensor([[1.0, 1.0, 0.0], [1.0, 64.0, 0.0], [1.0, 1.0, 1.0]], dtype=torch.float64)
-        design = torch.cat([torch.stack([torch.ones_like(rows), rows, extra], 1), pseudo])
-        target = torch.cat([seconds, scale * pseudo @ prior])
-        weights = torch.cat([torch.ones_like(seconds), torch.full((3,), self.prior_weight / 3, dtype=torch.float64)])
-        root = weights.sqrt()[:, None]
-        solution = torch.linalg.lstsq(design * root, target[:, None] * root).solution.squeeze(1)
-        base = max(float(solution[0]), 1e-3 * float(scale))
+        pseudo = np.array([[1.0, 1.0, 0.0], [1.0, 64.0, 0.0], [1.0, 1.0, 1.0]])
+        design = np.concatenate([np.stack([np.ones_like(rows), rows, extra], 1), pseudo])
+        target = np.concatenate([seconds, scale * pseudo @ prior])
+        root = np.sqrt(np.concatenate([np.ones_like(seconds), np.full(3, self.prior_weight / 3)]))[:, None]
+        solution = np.linalg.lstsq(design * root, target[:, None] * root, rcond=None)[0][:, 0]
+        base = max(float(solution[0]), 1e-3 * scale)
         return base, max(float(solution[1]), 0.0), max(float(solution[2]), 0.0)
 
 
 class AcceptanceTable:
     """Per request and draft position: how often the position was verified and accepted (recent steps weigh more,
     by `decay` per step of the request), read as a conditional acceptance rate shrunk towards the method's own rate
-    over its recent requests (`prior_strength` steps' worth), itself starting from an optimistic `initial`.
+    over its recent requests (`prior_strength` steps' worth), itself starting from an optimistic `initial`
+    (`initial_strength` steps' worth). The method weighs 8 steps against a request's own 10 at most (decay 0.9): a
+    step's acceptance is bursty (Jacobi's windows accept nothing for several steps, then 5 to 7 drafts at once), and
+    a request read from its last few steps alone was held at no draft after every run of failures, its drafts going
+    stale (batch 1: 0.92x the fixed width against 1.03x with this prior, 2026-11-30, docs/adaptive-widths.md).
 
     Evidence also fades while a request does not draft (`tick`, once a planned step: every `FORGET_EVERY` of them
     the counts of requests that verified nothing since are decayed as many steps), and the method's own while none
@@ -130,55 +138,54 @@ class AcceptanceTable:
 
     FORGET_EVERY = 8
 
-    def __init__(self, max_width: int, prior_strength: float = 2.0, decay: float = 0.9, initial: float = 0.8,
-                 method_decay: float = 0.995) -> None:
+    def __init__(self, max_width: int, prior_strength: float = 8.0, decay: float = 0.9, initial: float = 0.8,
+                 method_decay: float = 0.995, initial_strength: float = 2.0) -> None:
         self.max_width = max_width
         self.prior_strength, self.decay, self.method_decay = prior_strength, decay, method_decay
-        self.initial = initial
+        self.initial, self.initial_strength = initial, initial_strength
         self.slots: dict[str, int] = {}
         self.free: list[int] = []
-        self.counts = torch.zeros(0, 2, max_width, dtype=torch.float64)  # [slot, (tried, accepted), position]
-        self.method = torch.zeros(2, max_width, dtype=torch.float64)
+        self.counts = np.zeros((0, 2, max_width))  # [slot, (tried, accepted), position]
+        self.method = np.zeros((2, max_width))
         self.version = 0  # counts every change to the rates of requests already seen
-        self.drafted = torch.zeros(0, dtype=torch.bool)  # per slot: verified a draft since the last forgetting
+        self.drafted = np.zeros(0, dtype=bool)  # per slot: verified a draft since the last forgetting
         self.ticks = 0
+        self.positions = np.arange(max_width)
 
     def slot(self, key: str) -> int:
         if key not in self.slots:
             if not self.free:
                 grown = max(8, 2 * len(self.counts))
                 self.free = list(range(grown - 1, len(self.counts) - 1, -1))
-                self.counts = torch.cat([self.counts, torch.zeros(grown - len(self.counts), 2, self.max_width,
-                                                                  dtype=torch.float64)])
-                self.drafted = torch.cat([self.drafted, torch.zeros(grown - len(self.drafted), dtype=torch.bool)])
+                self.counts = np.concatenate([self.counts, np.zeros((grown - len(self.counts), 2, self.max_width))])
+                self.drafted = np.concatenate([self.drafted, np.zeros(grown - len(self.drafted), dtype=bool)])
             self.slots[key] = index = self.free.pop()
             self.counts[index] = 0
             self.drafted[index] = False
         return self.slots[key]
 
-    def rates(self, keys: list[str]) -> torch.Tensor:
+    def rates(self, keys: list[str]) -> np.ndarray:
         """[len(keys), max_width] conditional acceptance rates."""
         tried, accepted = self.method
         strength = self.prior_strength
-        method_rate = (accepted + strength * self.initial) / (tried + strength)
-        slots = [self.slot(key) for key in keys]
+        method_rate = (accepted + self.initial_strength * self.initial) / (tried + self.initial_strength)
+        slots = [self.slot(key) for key in keys]  # first: a new key may grow the table
         counts = self.counts[slots]
         return (counts[:, 1] + strength * method_rate) / (counts[:, 0] + strength)
 
-    def record(self, keys: list[str], verified: torch.Tensor, accepted: torch.Tensor) -> None:
+    def record(self, keys: list[str], verified: Any, accepted: Any) -> None:
         """Each request verified `verified` drafts and accepted the first `accepted` of them (a step in which none
         drafted changes nothing)."""
-        if not bool((verified > 0).any()):
+        verified = np.minimum(np.asarray(verified, dtype=np.int64), self.max_width)
+        drafting = verified > 0
+        if not drafting.any():
             return
-        positions = torch.arange(self.max_width)
-        verified = verified.clamp(max=self.max_width)
-        tried = (positions < torch.minimum(accepted + 1, verified)[:, None]).double()
-        hits = (positions < accepted[:, None]).double()
-        slots = torch.tensor([self.slot(key) for key in keys], dtype=torch.long)
-        step = torch.stack([tried, hits], 1)
-        drafting = (verified > 0)[:, None, None]
-        self.counts[slots] = torch.where(drafting, self.counts[slots] * self.decay + step, self.counts[slots])
-        self.drafted[slots] |= drafting.flatten()
+        accepted = np.asarray(accepted, dtype=np.int64)
+        tried = self.positions < np.minimum(accepted + 1, verified)[:, None]
+        step = np.stack([tried, self.positions < accepted[:, None]], 1)  # [request, (tried, accepted), position]
+        slots = np.array([self.slot(key) for key in keys], dtype=np.int64)[drafting]
+        self.counts[slots] = self.counts[slots] * self.decay + step[drafting]
+        self.drafted[slots] = True
         self.method = self.method * self.method_decay + step.sum(0)
         self.version += 1
 
@@ -195,7 +202,7 @@ class AcceptanceTable:
         if not bool(self.drafted.any()) and bool(self.method.any()):
             self.method *= self.method_decay**self.FORGET_EVERY
             self.version += 1
-        self.drafted.zero_()
+        self.drafted[:] = False
 
     def forget(self, keys: list[str] | set[str]) -> None:
         for key in keys:
@@ -258,7 +265,8 @@ class WidthPlanner:
         self.cost = cost or StepCost()
         self.acceptance = acceptance or AcceptanceTable(max_width)
         self.stats = PlannerStats()
-        self._last: tuple[tuple, torch.Tensor, int, int] | None = None  # inputs, widths, AR step, drafts
+        self._marginal: np.ndarray | None = None
+        self._last: tuple[tuple, np.ndarray, int, int] | None = None  # inputs, widths, AR step, drafts
 
     def plan(self, keys: list[str], limits: torch.Tensor | list[int], seeded: list[bool] | None = None
              ) -> torch.Tensor:
@@ -266,62 +274,73 @@ class WidthPlanner:
         cost is measured: its draws, hence its tokens under sampling, must not depend on this process's timings
         (with a fixed `StepCost` the plan is a function of the requests' acceptance, and seeded ones follow it)."""
         self.acceptance.tick()
+        limits = limits if isinstance(limits, list) else limits.tolist()
         if not keys:
             return torch.as_tensor(limits, dtype=torch.long).clamp(0, self.max_width)
         # The plan is a function of these: a step like the last (nothing verified since, no refit), as most plain
         # steps under load are, reuses it instead of recomputing it.
-        inputs = (list(keys), list(limits) if isinstance(limits, list) else limits.tolist(),
-                  None if seeded is None else list(seeded), self.acceptance.version, self.cost.coefficients)
+        inputs = (list(keys), limits, None if seeded is None else list(seeded), self.acceptance.version,
+                  self.cost.coefficients)
         if self._last is None or self._last[0] != inputs:
-            widths = self._planned(keys, torch.as_tensor(limits, dtype=torch.long).clamp(0, self.max_width), seeded)
-            self._last = inputs, widths, int(not bool(widths.any())), int(widths.sum())
+            capped = np.minimum(np.maximum(np.array(limits, dtype=np.int64), 0), self.max_width)
+            widths = self._planned(keys, capped, seeded)
+            self._last = inputs, widths, int(not widths.any()), int(widths.sum())
         _, widths, ar_step, drafts = self._last
         self.stats.steps += 1
         self.stats.ar_steps += ar_step
         self.stats.drafts += drafts
-        return widths.clone()
+        return torch.from_numpy(widths.copy())
 
-    def _planned(self, keys: list[str], limits: torch.Tensor, seeded: list[bool] | None) -> torch.Tensor:
+    def _planned(self, keys: list[str], limits: Any, seeded: list[bool] | None) -> np.ndarray:
+        limits = np.asarray(limits, dtype=np.int64)
         gains = self.EXPECTED_SHARE * self.acceptance.rates(keys).cumprod(1)  # expected extra tokens per position
-        gains = torch.where(torch.arange(self.max_width) < limits[:, None], gains, torch.zeros_like(gains))
+        gains = np.where(self.acceptance.positions < limits[:, None], gains, 0.0)
         widths = self._uniform(gains) if self.shape.uniform else self._ragged(gains)
-        widths = torch.minimum(widths, limits)
+        widths = np.minimum(widths, limits)
         if seeded is not None and self.cost.fixed is None:
-            widths = torch.where(torch.tensor(seeded, dtype=torch.bool), limits, widths)
+            widths = np.where(seeded, limits, widths)
         return widths
 
-    def _ragged(self, gains: torch.Tensor) -> torch.Tensor:
+    def _ragged(self, gains: np.ndarray) -> np.ndarray:
         """The best count n of (request, position) pairs, taken in decreasing gain (per row, where a position's rows
         grow with it: quadratic); within a request the order never falls, so the pairs taken are each request's
         leading positions."""
         batch, width = gains.shape
-        positions = torch.arange(width + 1)
-        marginal = self.shape.rows(positions[1:]) - self.shape.rows(positions[:-1])  # rows of position j
+        marginal = self.marginal_rows
         key = gains / marginal if self.shape.quadratic else gains
-        order = torch.sort(-key.flatten(), stable=True).indices
-        taken = gains.flatten()[order]
-        owners = order // width
-        zero = torch.zeros(1, dtype=torch.float64)
-        n = torch.arange(batch * width + 1, dtype=torch.float64)
-        tokens = batch + torch.cat([zero, taken.cumsum(0)])
-        rows = batch + torch.cat([zero, marginal[order % width].cumsum(0)])
-        seconds = self.cost.predict(rows, (n > 0).double())
-        best = self._best(tokens / seconds)
-        return torch.bincount(owners[:best], minlength=batch)
+        order = np.argsort(-key.ravel(), kind="stable")
+        tokens = np.empty(batch * width + 1)
+        tokens[0] = 0.0
+        np.cumsum(gains.ravel()[order], out=tokens[1:])
+        rows = np.empty(batch * width + 1)
+        rows[0] = 0.0
+        np.cumsum(marginal[order % width], out=rows[1:])
+        drafting = np.ones(batch * width + 1)
+        drafting[0] = 0.0
+        seconds = self.cost.predict(batch + rows, drafting)
+        best = self._best((batch + tokens) / seconds)
+        return np.bincount(order[:best] // width, minlength=batch)
 
-    def _uniform(self, gains: torch.Tensor) -> torch.Tensor:
+    def _uniform(self, gains: np.ndarray) -> np.ndarray:
         """One width w for the whole batch, every request forwarding 1 + w rows (and as many drafting)."""
         batch, width = gains.shape
-        w = torch.arange(width + 1)
-        tokens = batch + torch.cat([torch.zeros(1, dtype=torch.float64), gains.sum(0).cumsum(0)])
-        rows = batch * self.shape.rows(w)
-        seconds = self.cost.predict(rows, (w > 0).double())
-        return torch.full((batch,), self._best(tokens / seconds), dtype=torch.long)
+        w = np.arange(width + 1)
+        tokens = batch + np.concatenate([[0.0], gains.sum(0).cumsum()])
+        seconds = self.cost.predict(batch * self.shape.rows(w), w > 0)
+        return np.full(batch, self._best(tokens / seconds), dtype=np.int64)
 
-    def _best(self, rates: torch.Tensor) -> int:
+    @property
+    def marginal_rows(self) -> np.ndarray:
+        """Rows each draft position adds to its request's forward: [max_width]."""
+        if self._marginal is None:
+            rows = self.shape.rows(np.arange(self.max_width + 1))
+            self._marginal = rows[1:] - rows[:-1]
+        return self._marginal
+
+    def _best(self, rates: np.ndarray) -> int:
         """The index of the best of `rates` (tokens per second; index 0 the plain step), the first of equal ones (the
         fewest rows); 0 unless it beats the plain step by `DRAFTING_MARGIN` (by any amount under an exact cost)."""
-        best = int(torch.argmax(rates))
+        best = int(np.argmax(rates))
         margin = 1.0 if self.cost.exact else self.DRAFTING_MARGIN
         return best if rates[best] >= margin * rates[0] else 0
 
@@ -350,8 +369,7 @@ class WidthPlanner:
         if iterated is not None:
             verified = [int(n) if fresh else 0 for n, fresh in zip(verified, iterated, strict=True)]
         if keys and (not isinstance(verified, list) or any(verified)):
-            self.acceptance.record(keys, torch.as_tensor(verified, dtype=torch.long),
-                                   torch.as_tensor(accepted, dtype=torch.long))
+            self.acceptance.record(keys, verified, accepted)
 
     def forget(self, keys: list[str] | set[str]) -> None:
         self.acceptance.forget(keys)

@@ -111,11 +111,11 @@ def test_width_falls_as_rows_get_dearer():
 
 
 def test_a_uniform_layout_gives_one_width_and_pays_for_its_padding():
-    plan = planner((1.0, 0.02, 0.0), Shape(uniform=True))
+    plan = planner((1.0, 0.03, 0.0), Shape(uniform=True))
     accepting(plan, KEYS, [8, 8, 8, 0])
     widths = plan.plan(KEYS, [8, 8, 2, 8]).tolist()
     assert len(set(widths[:2] + widths[3:])) == 1 and widths[0] > 0 and widths[2] == min(widths[0], 2)
-    ragged = planner((1.0, 0.02, 0.0))
+    ragged = planner((1.0, 0.03, 0.0))
     accepting(ragged, KEYS, [8, 8, 8, 0])
     assert ragged.plan(KEYS, [8, 8, 2, 8]).tolist()[3] == 0
 
@@ -276,7 +276,7 @@ def test_a_request_held_at_no_draft_is_tried_again_as_what_it_showed_fades():
             widths.append(plan.plan(["a", "b"], [4, 4]).tolist())
             plan.record(["a", "b"], [0, widths[-1][1]], [0, widths[-1][1]])
         assert any(a > 0 for a, _ in widths) == tried, (cost, widths)
-        assert all(b == 4 for _, b in widths)  # "b" keeps its own rate
+        assert all(b == widths[0][1] for _, b in widths)  # "b" keeps its own rate: its width stays
     table = AcceptanceTable(2, decay=0.5)
     table.record(["a"], torch.tensor([2]), torch.tensor([0]))
     for _ in range(2 * AcceptanceTable.FORGET_EVERY - 1):  # the period it drafted in, then one without
@@ -289,9 +289,9 @@ def test_a_request_held_at_no_draft_is_tried_again_as_what_it_showed_fades():
 def test_a_drafting_step_pays_its_fixed_cost_once_per_step():
     """A step that verifies drafts costs more than its rows (the engine's path for windows, or a draft forward):
     the planner drafts only where the step's expected extra tokens pay for that once, however many requests draft."""
-    for jump, drafts in [(0.5, True), (1.0, False)]:
+    for jump, drafts in [(0.5, True), (1.5, False)]:
         plan = planner((1.0, 0.0, jump))
-        accepting(plan, ["a"], [1])  # its first draft lands, the rest never
+        accepting(plan, ["a"], [1])  # its first draft lands, the rest never: about 1.1 tokens expected a step
         assert bool(plan.plan(["a"], [8]).any()) == drafts, jump
     plan = planner((1.0, 0.0, 1.0))
     accepting(plan, KEYS, [8] * 4)
@@ -302,8 +302,8 @@ def test_drafts_not_iterated_are_not_learnt_from():
     """A step's verification of stale drafts (`Decoder.iterated` false) leaves the rates as they were; the same
     verification of iterated drafts moves them."""
     plan = planner((1.0, 0.01, 0.0))
-    before = plan.acceptance.rates(["a"]).clone()
+    before = plan.acceptance.rates(["a"]).copy()
     plan.record(["a"], [4], [0], iterated=[False])
-    assert torch.equal(plan.acceptance.rates(["a"]), before)
+    assert (plan.acceptance.rates(["a"]) == before).all()
     plan.record(["a"], [4], [0], iterated=[True])
     assert plan.acceptance.rates(["a"])[0, 0] < before[0, 0]
