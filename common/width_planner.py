@@ -265,7 +265,7 @@ class WidthPlanner:
         self.cost = cost or StepCost()
         self.acceptance = acceptance or AcceptanceTable(max_width)
         self.stats = PlannerStats()
-        self._marginal: np.ndarray | None = None
+        self.marginal_rows = np.diff(shape.rows(np.arange(max_width + 1)))  # rows each draft position adds
         self._last: tuple[tuple, np.ndarray, int, int] | None = None  # inputs, widths, AR step, drafts
 
     def plan(self, keys: list[str], limits: torch.Tensor | list[int], seeded: list[bool] | None = None
@@ -309,16 +309,10 @@ class WidthPlanner:
         marginal = self.marginal_rows
         key = gains / marginal if self.shape.quadratic else gains
         order = np.argsort(-key.ravel(), kind="stable")
-        tokens = np.empty(batch * width + 1)
-        tokens[0] = 0.0
-        np.cumsum(gains.ravel()[order], out=tokens[1:])
-        rows = np.empty(batch * width + 1)
-        rows[0] = 0.0
-        np.cumsum(marginal[order % width], out=rows[1:])
-        drafting = np.ones(batch * width + 1)
-        drafting[0] = 0.0
-        seconds = self.cost.predict(batch + rows, drafting)
-        best = self._best((batch + tokens) / seconds)
+        tokens = batch + np.concatenate([[0.0], gains.ravel()[order].cumsum()])  # taking the first n pairs
+        rows = batch + np.concatenate([[0.0], marginal[order % width].cumsum()])
+        seconds = self.cost.predict(rows, np.arange(batch * width + 1) > 0)
+        best = self._best(tokens / seconds)
         return np.bincount(order[:best] // width, minlength=batch)
 
     def _uniform(self, gains: np.ndarray) -> np.ndarray:
@@ -328,14 +322,6 @@ class WidthPlanner:
         tokens = batch + np.concatenate([[0.0], gains.sum(0).cumsum()])
         seconds = self.cost.predict(batch * self.shape.rows(w), w > 0)
         return np.full(batch, self._best(tokens / seconds), dtype=np.int64)
-
-    @property
-    def marginal_rows(self) -> np.ndarray:
-        """Rows each draft position adds to its request's forward: [max_width]."""
-        if self._marginal is None:
-            rows = self.shape.rows(np.arange(self.max_width + 1))
-            self._marginal = rows[1:] - rows[:-1]
-        return self._marginal
 
     def _best(self, rates: np.ndarray) -> int:
         """The index of the best of `rates` (tokens per second; index 0 the plain step), the first of equal ones (the
