@@ -267,13 +267,17 @@ class WidthPlanner:
         self.stats = PlannerStats()
         self.marginal_rows = np.diff(shape.rows(np.arange(max_width + 1)))  # rows each draft position adds
         self._last: tuple[tuple, np.ndarray, int, int] | None = None  # inputs, widths, AR step, drafts
+        self._ticked = False  # whether this step's tick is done (`plain_again`)
 
     def plan(self, keys: list[str], limits: torch.Tensor | list[int], seeded: list[bool] | None = None
              ) -> torch.Tensor:
         """Widths [len(keys)], each in 0..min(max_width, its limit). A `seeded` request keeps its limit while the
         cost is measured: its draws, hence its tokens under sampling, must not depend on this process's timings
         (with a fixed `StepCost` the plan is a function of the requests' acceptance, and seeded ones follow it)."""
-        self.acceptance.tick()
+        if self._ticked:
+            self._ticked = False  # `plain_again` ticked for this step
+        else:
+            self.acceptance.tick()
         limits = limits if isinstance(limits, list) else limits.tolist()
         if not keys:
             return torch.as_tensor(limits, dtype=torch.long).clamp(0, self.max_width)
@@ -290,6 +294,28 @@ class WidthPlanner:
         self.stats.ar_steps += ar_step
         self.stats.drafts += drafts
         return torch.from_numpy(widths.copy())
+
+    def plain_again(self) -> bool:
+        """Plan a step for the last plan's batch without being given it again, and say whether it is a plain step for
+        every request, counted; the caller vouches that the batch (its requests, their limits) is the last plan's,
+        which was plain (an engine's batch held at no draft, every request paused: no per-request work to build it).
+        Where it drafts, nothing is counted and `plan` follows for the same step, given the batch."""
+        last = self._last
+        if last is None or not last[2]:
+            return False
+        self.acceptance.tick()
+        keys, limits, seeded, version, coefficients = last[0]
+        if version != self.acceptance.version or coefficients != self.cost.coefficients:  # replanned as `plan` would
+            capped = np.minimum(np.maximum(np.array(limits, dtype=np.int64), 0), self.max_width)
+            widths = self._planned(keys, capped, seeded)
+            self._last = last = (keys, limits, seeded, self.acceptance.version, self.cost.coefficients), widths, \
+                int(not widths.any()), int(widths.sum())
+            if not last[2]:
+                self._ticked = True  # `plan` follows for this step
+                return False
+        self.stats.steps += 1
+        self.stats.ar_steps += 1
+        return True
 
     def _planned(self, keys: list[str], limits: Any, seeded: list[bool] | None) -> np.ndarray:
         limits = np.asarray(limits, dtype=np.int64)

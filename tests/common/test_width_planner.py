@@ -261,6 +261,37 @@ def test_a_step_like_the_last_reuses_its_plan_and_any_change_redoes_it(monkeypat
     assert len(computed) == before
 
 
+def test_a_plain_step_again_is_counted_without_planning_only_where_planning_gives_it():
+    """`plain_again` (an engine's steady batch, every request held at no draft) agrees with `plan` step for step: it
+    counts a step only where the plan is plain for all, replanning after a verified draft, a refit of the cost and a
+    fading (after which requests whose drafts all failed are tried again), and leaves the planner as planning would
+    (where it declines, `plan` follows for the same step)."""
+    steady, planned = WidthPlanner(8, Shape(), StepCost()), WidthPlanner(8, Shape(), StepCost())
+    limits, counted, declined, drafting_steps = [8] * len(KEYS), 0, 0, 0
+    for plan in (steady, planned):  # a row costs a tenth of a step's base
+        for rows in range(4, 40):
+            plan.observe(rows, rows % 2, 0.01 * (1 + 0.1 * rows))
+    for step in range(500):
+        widths = planned.plan(KEYS, limits).tolist()
+        if step and steady.plain_again():
+            counted += 1
+            assert widths == [0] * len(KEYS), step
+        else:
+            declined += step > 0
+            assert steady.plan(KEYS, limits).tolist() == widths, step
+        drafting_steps += any(widths)
+        rows = len(KEYS) + sum(widths)
+        # Every draft fails, but for a run of "a"'s, now and then, told as if it had drafted.
+        verified, accepted = ([8, 0, 0, 0], [8, 0, 0, 0]) if step % 100 == 50 else (widths, [0] * len(KEYS))
+        for plan in (steady, planned):
+            plan.record(KEYS, verified, accepted)
+            plan.observe(rows, int(any(widths)), 0.01 * (1 + (0.1 if step < 400 else 0.0) * rows))  # then free
+    assert steady.stats == planned.stats and steady.acceptance.ticks == planned.acceptance.ticks
+    assert counted > 400 and declined >= drafting_steps >= 2
+    free = planner((1.0, 0.0, 0.0))
+    assert free.plan(KEYS, limits).tolist() == limits and not free.plain_again()  # the last plan drafts
+
+
 def test_a_request_held_at_no_draft_is_tried_again_as_what_it_showed_fades():
     """A request whose first drafts failed is held at no draft; while it drafts nothing its evidence fades towards
     the method's rate (`AcceptanceTable.tick`), so where rows are cheap it is tried again within a few forgetting
