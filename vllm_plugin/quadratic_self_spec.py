@@ -10,7 +10,7 @@ adapts (the default), a width planner caps each request's drafts per step before
 (`common.width_planner.cap_widths`).
 """
 
-from contextlib import AbstractContextManager, ExitStack
+from contextlib import AbstractContextManager, ExitStack, nullcontext
 from typing import Any
 
 import torch
@@ -54,6 +54,8 @@ class QuadraticSelfSpecProposer(CommitProposer):
         return drafts
 
     def attending(self, runner: Any) -> AbstractContextManager:
+        if self.steady(runner):
+            return nullcontext()
         queries = runner.query_start_loc.np[: runner.input_batch.num_reqs + 1]
         windows, adapted = [], []
         for row, req_id in enumerate(runner.input_batch.req_ids):

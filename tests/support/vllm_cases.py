@@ -13,6 +13,7 @@ from parallel_decoding.common.decoder import Limits
 from parallel_decoding.common.methods import make_decoder, parse_config
 from parallel_decoding.common.runner import ReferenceRunner
 from parallel_decoding.common.sampling import SamplingParams as ReferenceSampling
+from parallel_decoding.common.width_planner import WidthPlanner
 from parallel_decoding.vllm_plugin.metrics import acceptance
 from tests.support import ties
 from tests.support.exact import LENGTH, PROMPT
@@ -84,14 +85,23 @@ PLANNED = {"fixed": {"adaptive": False}, "dear": {"step_cost": [0.01, 1.0, 1.0]}
 def planner_decides(model_dir: Path, spec: dict, prompts: list[str], params: SamplingParams, want: list
                     ) -> AcceptanceStats:
     """Runs `spec` pinned, with rows dear and with rows free (one engine at a time): greedy AR's tokens (`want`,
-    tie-aware) every time, no draft at all with rows dear, exactly the pinned drafts with rows free. The pinned
-    run's counters."""
+    tie-aware) every time, no draft at all with rows dear, most of those steps on the steady path (the batch held at
+    no draft, every request paused: `WidthPlanner.plain_again` counts them), exactly the pinned drafts with rows
+    free. The pinned run's counters."""
     ids = [load(model_dir)[1].encode(p) for p in prompts]
-    stats = {}
+    stats, steady = {}, {}
+    plain_again = WidthPlanner.plain_again
     for label, extra in PLANNED.items():
-        got, stats[label] = _run(model_dir, {**spec, **extra}, prompts, params)
+        counted: list[bool] = []
+        WidthPlanner.plain_again = lambda self, counted=counted: counted.append(plain_again(self)) or counted[-1]
+        try:
+            got, stats[label] = _run(model_dir, {**spec, **extra}, prompts, params)
+        finally:
+            WidthPlanner.plain_again = plain_again
+        steady[label] = sum(counted)
         ties.compare_greedy(model_dir, ids, got, want)
     assert stats["dear"].num_draft_tokens == 0
+    assert steady["dear"] >= params.max_tokens // 2 and steady["fixed"] == 0, steady
     assert stats["free"].num_draft_tokens == stats["fixed"].num_draft_tokens > 0
     return stats["fixed"]
 
