@@ -295,13 +295,15 @@ class WidthPlanner:
         self.stats.drafts += drafts
         return torch.from_numpy(widths.copy())
 
-    def plain_again(self) -> bool:
+    def plain_again(self, keys: list[str] | None = None, limits: list[int] | None = None) -> bool:
         """Plan a step for the last plan's batch without being given it again, and say whether it is a plain step for
-        every request, counted; the caller vouches that the batch (its requests, their limits) is the last plan's,
-        which was plain (an engine's batch held at no draft, every request paused: no per-request work to build it).
-        Where it drafts, nothing is counted and `plan` follows for the same step, given the batch."""
+        every request, counted; the batch (its requests, their limits) must be the last plan's, which was plain: as
+        given, or as the caller vouches (an engine's batch held at no draft, every request paused: no per-request
+        work to build it). Where it drafts, nothing is counted and `plan` follows for the same step, given the
+        batch."""
         last = self._last
-        if last is None or not last[2]:
+        if last is None or not last[2] or (keys is not None and keys != last[0][0]) \
+                or (limits is not None and limits != last[0][1]):
             return False
         self.acceptance.tick()
         keys, limits, seeded, version, coefficients = last[0]

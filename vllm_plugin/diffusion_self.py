@@ -42,6 +42,9 @@ class DiffusionSelfProposer(PluginProposer):
         limits = [draft_width(k, state.sampling_params.max_tokens - len(state.output_token_ids))
                   if sampled_token_ids[row] else 0
                   for row, state in enumerate(runner.requests[req_id] for req_id in batch.req_ids)]
+        if self.planner is not None and self.planner.plain_again(batch.req_ids, limits):
+            self.step_done(scheduler_output)  # the last step was plain for all (nothing verified) and so is this one
+            return [[] for _ in batch.req_ids], None
         windows = []
         for row, width in enumerate(self.widths(runner, scheduler_output, sampled_token_ids, limits)):
             if width > 0:

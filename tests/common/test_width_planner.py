@@ -290,6 +290,10 @@ def test_a_plain_step_again_is_counted_without_planning_only_where_planning_give
     assert counted > 400 and declined >= drafting_steps >= 2
     free = planner((1.0, 0.0, 0.0))
     assert free.plan(KEYS, limits).tolist() == limits and not free.plain_again()  # the last plan drafts
+    dear = planner((0.01, 1.0, 1.0))
+    assert dear.plan(KEYS, limits).tolist() == [0] * len(KEYS)
+    assert not dear.plain_again(KEYS[:3], limits[:3]) and not dear.plain_again(KEYS, [7] * len(KEYS))  # another batch
+    assert dear.plain_again(KEYS, limits) and dear.plain_again() and dear.stats.ar_steps == 3
 
 
 def test_a_request_held_at_no_draft_is_tried_again_as_what_it_showed_fades():

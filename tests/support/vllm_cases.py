@@ -93,7 +93,8 @@ def planner_decides(model_dir: Path, spec: dict, prompts: list[str], params: Sam
     plain_again = WidthPlanner.plain_again
     for label, extra in PLANNED.items():
         counted: list[bool] = []
-        WidthPlanner.plain_again = lambda self, counted=counted: counted.append(plain_again(self)) or counted[-1]
+        WidthPlanner.plain_again = lambda self, *args, counted=counted: counted.append(plain_again(self, *args)) \
+            or counted[-1]
         try:
             got, stats[label] = _run(model_dir, {**spec, **extra}, prompts, params)
         finally:
