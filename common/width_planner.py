@@ -283,12 +283,9 @@ class WidthPlanner:
             return torch.as_tensor(limits, dtype=torch.long).clamp(0, self.max_width)
         # The plan is a function of these: a step like the last (nothing verified since, no refit), as most plain
         # steps under load are, reuses it instead of recomputing it.
-        inputs = (list(keys), limits, None if seeded is None else list(seeded), self.acceptance.version,
-                  self.cost.coefficients)
-        if self._last is None or self._last[0] != inputs:
-            capped = np.minimum(np.maximum(np.array(limits, dtype=np.int64), 0), self.max_width)
-            widths = self._planned(keys, capped, seeded)
-            self._last = inputs, widths, int(not widths.any()), int(widths.sum())
+        batch = (list(keys), limits, None if seeded is None else list(seeded))
+        if self._last is None or self._last[0] != (*batch, self.acceptance.version, self.cost.coefficients):
+            self._plan_anew(*batch)
         _, widths, ar_step, drafts = self._last
         self.stats.steps += 1
         self.stats.ar_steps += ar_step
@@ -306,18 +303,20 @@ class WidthPlanner:
                 or (limits is not None and limits != last[0][1]):
             return False
         self.acceptance.tick()
-        keys, limits, seeded, version, coefficients = last[0]
-        if version != self.acceptance.version or coefficients != self.cost.coefficients:  # replanned as `plan` would
-            capped = np.minimum(np.maximum(np.array(limits, dtype=np.int64), 0), self.max_width)
-            widths = self._planned(keys, capped, seeded)
-            self._last = last = (keys, limits, seeded, self.acceptance.version, self.cost.coefficients), widths, \
-                int(not widths.any()), int(widths.sum())
-            if not last[2]:
-                self._ticked = True  # `plan` follows for this step
-                return False
+        if last[0][3:] != (self.acceptance.version, self.cost.coefficients) and self._plan_anew(*last[0][:3]).any():
+            self._ticked = True  # `plan` follows for this step
+            return False
         self.stats.steps += 1
         self.stats.ar_steps += 1
         return True
+
+    def _plan_anew(self, keys: list[str], limits: list[int], seeded: list[bool] | None) -> np.ndarray:
+        """Plan the batch from the acceptance and cost as they stand, kept as the last plan with its inputs."""
+        capped = np.minimum(np.maximum(np.array(limits, dtype=np.int64), 0), self.max_width)
+        widths = self._planned(keys, capped, seeded)
+        inputs = (keys, limits, seeded, self.acceptance.version, self.cost.coefficients)
+        self._last = inputs, widths, int(not widths.any()), int(widths.sum())
+        return widths
 
     def _planned(self, keys: list[str], limits: Any, seeded: list[bool] | None) -> np.ndarray:
         limits = np.asarray(limits, dtype=np.int64)

@@ -47,14 +47,6 @@ class CommitProposer(PluginProposer):
         self.requests: dict[str, CommitRequest]
         self.max_model_len: int = vllm_config.model_config.max_model_len
         self.grammars = Grammars(vllm_config)
-        # The batch's requests after a step the planner held every one of them at no draft, all paused (`steady`).
-        self.held: list[str] | None = None
-
-    def steady(self, runner: Any) -> bool:
-        """Whether the step is vLLM's AR step for a batch held as it was: the same requests, every one paused before
-        the last step and held at no draft by it (none woken since: only a step that is not steady wakes one).
-        Under load most steps are such; the hooks then pass it through with no per-request work."""
-        return self.held is not None and self.held == runner.input_batch.req_ids
 
     def start(self, runner: Any, req_id: str) -> CommitRequest:
         """A decoder for a request whose prompt has just been prefilled, seeded as `common.generate` seeds."""
@@ -86,7 +78,7 @@ class CommitProposer(PluginProposer):
 
     def positions(self, runner: Any, positions: torch.Tensor) -> None:
         """The scheduled windows' logical positions in place of vLLM's, written in one copy."""
-        if self.steady(runner):
+        if self.steady(runner.input_batch.req_ids):
             return
         queries = runner.query_start_loc.np[: runner.input_batch.num_reqs + 1]
         starts, placed = [], []
@@ -117,7 +109,7 @@ class CommitProposer(PluginProposer):
         from vllm.v1.outputs import SamplerOutput
 
         batch = runner.input_batch
-        if self.steady(runner):
+        if self.steady(batch.req_ids):
             return None  # vLLM's own AR step
         states = [self.requests.get(req_id) for req_id in batch.req_ids]
         if all(state is not None and state.idle for state in states):
@@ -170,11 +162,8 @@ class CommitProposer(PluginProposer):
     def draft(
         self, runner: Any, scheduler_output: Any, sampled_token_ids: list[list[int]]
     ) -> tuple[list[list[int]], None]:
-        if self.steady(runner) and all(len(tokens) == 1 for tokens in sampled_token_ids) \
-                and self.planner is not None and self.planner.plain_again():
-            self.step_done(scheduler_output)
+        if self.steady_step(runner, scheduler_output, sampled_token_ids):
             return [[] for _ in sampled_token_ids], None
-        self.held = None
         scheduled = scheduler_output.num_scheduled_tokens
         planned = [
             (row, state)
@@ -186,8 +175,7 @@ class CommitProposer(PluginProposer):
         paused = len(planned) == len(drafts) and all(state.idle for _, state in planned)
         for row, tokens in self.plan(runner, planned).items():
             drafts[row] = tokens
-        if self.planner is not None and paused and all(state.idle for _, state in planned):
-            self.held = list(runner.input_batch.req_ids)  # planned from each one's configured width, as steady steps
+        self.hold(runner.input_batch.req_ids, paused and all(state.idle for _, state in planned))
         self.step_done(scheduler_output)
         return drafts, None
 

@@ -30,17 +30,13 @@ class FollowingProposer(PluginProposer):
         super().__init__(vllm_config)
         self.requests: dict[str, FollowedRequest]
         self.max_model_len: int = vllm_config.model_config.max_model_len
-        # The batch's requests after a step the planner held every one of them at no draft, all paused (`steady`).
-        self.held: list[str] | None = None
 
     def draft(
         self, runner: Any, scheduler_output: Any, sampled_token_ids: list[list[int]]
     ) -> tuple[list[list[int]], torch.Tensor | None]:
         batch = runner.input_batch
-        if self.steady(batch.req_ids, sampled_token_ids):
-            self.step_done(scheduler_output)
+        if self.steady_step(runner, scheduler_output, sampled_token_ids):
             return [[] for _ in sampled_token_ids], None
-        self.held = None
         drafts: list[list[int]] = []
         states: list[FollowedRequest | None] = []
         iterated: list[bool] = []  # per row: whether the drafts this step verified were (`Decoder.iterated`)
@@ -67,18 +63,9 @@ class FollowingProposer(PluginProposer):
             states.append(state)
         paused = [state is not None and state.idle for state in states]
         drafts = self.capped(runner, scheduler_output, sampled_token_ids, drafts, states, iterated)
-        if self.planner is not None and all(paused) and all(state.idle for state in states):
-            self.held = list(batch.req_ids)  # planned from each one's configured width, as `steady` steps would be
+        self.hold(batch.req_ids, all(paused) and all(state.idle for state in states))
         self.step_done(scheduler_output)
         return drafts, self.proposals(runner, drafts, states)
-
-    def steady(self, req_ids: list[str], sampled_token_ids: list[list[int]]) -> bool:
-        """Whether this step is the last one again, with no per-request work: the same requests, every one paused
-        before the last step and held at no draft by it, each committing its token, and the planner's plain plan
-        standing (`WidthPlanner.plain_again`). Under load most steps are such; what `draft` would do for each request
-        (skip it, plan 0, pause it again) then costs next to nothing."""
-        return self.held is not None and self.held == req_ids and self.planner is not None \
-            and all(len(tokens) == 1 for tokens in sampled_token_ids) and self.planner.plain_again()
 
     def capped(self, runner: Any, scheduler_output: Any, sampled_token_ids: list[list[int]], drafts: list[list[int]],
                states: list[FollowedRequest | None], iterated: list[bool]) -> list[list[int]]:

@@ -47,6 +47,7 @@ class PluginProposer(runner_hooks.Hooked):
 
     planner: WidthPlanner | None = None
     step_started: float | None = None
+    held: list[str] | None = None  # the batch's requests while it is held at no draft, every one paused (`steady`)
 
     def __init__(self, vllm_config: Any) -> None:
         settings = vllm_config.additional_config[ADDITIONAL_CONFIG_KEY]
@@ -82,6 +83,29 @@ class PluginProposer(runner_hooks.Hooked):
                             [max(len(sampled) - 1, 0) for sampled in sampled_token_ids], iterated)
         seeded = [runner.requests[req_id].sampling_params.seed is not None for req_id in req_ids]
         return self.planner.plan(req_ids, limits, seeded).tolist()
+
+    def steady(self, req_ids: list[str]) -> bool:
+        """Whether the batch is the one the last step held (`hold`): the same requests, every one paused before that
+        step and held at no draft by it, none woken since (only a step that is not steady wakes one). Under load
+        most steps are such, and the hooks pass them through with no per-request work."""
+        return self.held is not None and self.held == req_ids
+
+    def hold(self, req_ids: list[str], paused: bool) -> None:
+        """After a step whose every request was `paused` before it and after it: its batch is held (`steady`), planned
+        from each one's configured width, as the steady steps that follow would be."""
+        if self.planner is not None and paused:
+            self.held = list(req_ids)
+
+    def steady_step(self, runner: Any, scheduler_output: Any, sampled_token_ids: list[list[int]]) -> bool:
+        """`draft`'s shortcut: a steady batch whose requests each committed their token, where the planner's plain
+        plan stands (`WidthPlanner.plain_again`); the step's cost taken, no drafts. Otherwise the batch is no longer
+        held, and `draft` goes the usual way."""
+        if self.steady(runner.input_batch.req_ids) and self.planner is not None \
+                and all(len(tokens) == 1 for tokens in sampled_token_ids) and self.planner.plain_again():
+            self.step_done(scheduler_output)
+            return True
+        self.held = None
+        return False
 
     def step_done(self, scheduler_output: Any, draft_rows: int = 0) -> None:
         """The step's cost for the planner: its scheduled rows and `draft_rows` in a draft forward of its own, a

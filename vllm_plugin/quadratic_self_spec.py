@@ -54,7 +54,7 @@ class QuadraticSelfSpecProposer(CommitProposer):
         return drafts
 
     def attending(self, runner: Any) -> AbstractContextManager:
-        if self.steady(runner):
+        if self.steady(runner.input_batch.req_ids):
             return nullcontext()
         queries = runner.query_start_loc.np[: runner.input_batch.num_reqs + 1]
         windows, adapted = [], []
