@@ -30,6 +30,7 @@ class Drafter:
 
     forwarded_rows = 0
     paused_request_steps = 0  # a request's steps that its paused decoder did not follow
+    pauses = False  # whether its requests' decoders pause through their plain steps (`FollowingDrafter`)
 
     def __init__(self, config: Any, worker: Any) -> None:
         self.config, self.worker = config, worker
@@ -95,6 +96,7 @@ class FollowingDrafter(Drafter):
     cost no per-request work here, and the decoder catches up on the request's tokens when it drafts again."""
 
     decoder_class: type[Decoder]
+    pauses = True
 
     def decoder(self, req: Any, state: RequestState) -> Any:
         if state.paused:

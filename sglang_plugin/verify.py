@@ -60,6 +60,8 @@ class VerifyWorker(PluginWorker):
         super().__init__(*args, **kwargs)
         self.drafter = make_drafter(self.mode, self.config, self)
         slots = self.mode == "wedlm_spec"  # the next drafts' mask slots ride in the verify window
+        self.plain_batch: list[str] | None = None  # its requests after a plain step that left them all `steady`
+        self.steady_steps = 0  # plain steps that took no per-request work
         self.planner = planner_for(self.config, self.config.window - 1 if slots else self.width - 1,
                                    Shape(uniform=True, extra_forward=self.mode == "diffusion_self", mask_slots=slots))
 
@@ -74,7 +76,8 @@ class VerifyWorker(PluginWorker):
 
     def describe_planner(self) -> dict[str, float] | None:
         described = super().describe_planner()
-        return None if described is None else {**described, "paused_request_steps": self.drafter.paused_request_steps}
+        return None if described is None else {**described, "paused_request_steps": self.drafter.paused_request_steps,
+                                                "steady_steps": self.steady_steps}
 
     def state(self, req: Any) -> RequestState:
         state = self.held(req)
@@ -86,11 +89,20 @@ class VerifyWorker(PluginWorker):
 
     def forward_batch_generation(self, batch: Any, on_publish: Any = None, pp_proxy_tensors: Any = None) -> Any:
         if not batch.forward_mode.is_decode():
+            self.plain_batch = None
             return self.prefill(batch, on_publish)
         started = time.perf_counter()
         states = [self.state(req) for req in batch.reqs]
-        seeds = [req.output_ids[-1] for req in batch.reqs]
         limits = self.drafter.limits(batch.reqs, states)
+        rids = [req.rid for req in batch.reqs]
+        if self.steady(rids, limits):
+            committed = self.plain_step(batch)
+            self.steady_steps += 1
+            self.drafter.paused_request_steps += len(rids) if self.drafter.pauses else 0
+            self.observe(len(rids), 0, started)
+            return self.result(batch, committed, on_publish)
+        self.plain_batch = None
+        seeds = [req.output_ids[-1] for req in batch.reqs]
         if self.planner is not None:
             seeded = [state.sampling.seed is not None for state in states]
             limits = self.planner.plan([r.rid for r in batch.reqs], limits, seeded).tolist()
@@ -113,16 +125,40 @@ class VerifyWorker(PluginWorker):
                             state.sampling, state.generator, d.probs)
                      for row, (state, d, run) in enumerate(zip(states, drafts, greedy, strict=True))]
         self.drafter.after_verify(batch.reqs, states, logits, predicted, drafts, committed)
+        logprobs = self.chain_logprobs(batch, logits, committed)
         if self.planner is not None:
-            self.planner.record([r.rid for r in batch.reqs], [d.drafted for d in drafts],
+            self.planner.record(rids, [d.drafted for d in drafts],
                                 [min(len(run) - 1, d.drafted) for run, d in zip(committed, drafts, strict=True)],
                                 iterated)
             draft_rows = self.drafter.forwarded_rows
-            report = self.planner.observe(tokens.numel() + draft_rows, int(width > 1 or draft_rows > 0),
-                                          time.perf_counter() - started)
-            if report is not None:
-                logger.info("parallel-decoding width planner (%s): %s", self.mode, report)
-        return self.result(batch, committed, on_publish, self.chain_logprobs(batch, logits, committed))
+            self.observe(tokens.numel() + draft_rows, int(width > 1 or draft_rows > 0), started)
+            if width == 1 and not draft_rows and self.decodes_plainly and logprobs is None \
+                    and self.leaves_plain(batch.reqs, states):
+                self.plain_batch = rids
+        return self.result(batch, committed, on_publish, logprobs)
+
+    def leaves_plain(self, reqs: list[Any], states: list[RequestState]) -> bool:
+        """Whether steps like this plain one need no per-request work: every request greedy, its logits as the
+        model gives them (no penalty, bias or grammar), its decoder, where it follows, paused."""
+        return all(state.sampling.greedy and not state.sampling.adjusts_logits and req.grammar is None
+                   and (state.paused or not self.drafter.pauses) for req, state in zip(reqs, states, strict=True))
+
+    def steady(self, rids: list[str], limits: list[int]) -> bool:
+        """Whether the step is the last plain one's again (`leaves_plain`): the same requests, none prefilled
+        since, and the planner holding them at no draft with their limits as they stand (`WidthPlanner.plain_again`).
+        Under load most steps are such: SGLang's AR step, each row's argmax, with no drafts laid out or verified."""
+        return self.plain_batch == rids and self.planner is not None and self.planner.plain_again(rids, limits)
+
+    def plain_step(self, batch: Any) -> list[list[int]]:
+        """SGLang's decode forward of each request's last token; each row's argmax."""
+        logits = self.run_decode(batch, torch.tensor([req.output_ids[-1] for req in batch.reqs]))
+        return [[token] for token in logits[:, 0].argmax(-1).tolist()]
+
+    def observe(self, rows: int, drafting: int, started: float) -> None:
+        """The step's rows and measured time to the planner's cost model (logged now and then)."""
+        report = self.planner.observe(rows, drafting, time.perf_counter() - started)
+        if report is not None:
+            logger.info("parallel-decoding width planner (%s): %s", self.mode, report)
 
     @staticmethod
     def chain_logprobs(batch: Any, logits: torch.Tensor, committed: list[list[int]]) -> list[list[Entry]] | None:

@@ -22,12 +22,14 @@ CONFIG = {"window": 4, "entropy_threshold": 0.4}
 
 
 
-def generate(model_dir, mode: str, config: dict, ids: list[list[int]]) -> list[dict]:
-    """20 greedy tokens per prompt from an offline engine selecting `mode` by keywords, shut down after."""
+def generate(model_dir, mode: str, config: dict, ids: list[list[int]]) -> tuple[list[dict], dict]:
+    """20 greedy tokens per prompt from an offline engine selecting `mode` by keywords, shut down after; with the
+    width planner's record (empty where the mode has none)."""
     engine = sglang.Engine(model_path=str(model_dir), decode_mode=mode, decode_config=config, **CPU_KWARGS)
     try:
-        return engine.generate(input_ids=ids, sampling_params={"temperature": 0, "max_new_tokens": 20,
-                                                               "ignore_eos": True})
+        outputs = engine.generate(input_ids=ids, sampling_params={"temperature": 0, "max_new_tokens": 20,
+                                                                  "ignore_eos": True})
+        return outputs, engine.get_server_info()["internal_states"][0].get("parallel_decoding_width_planner", {})
     finally:
         engine.shutdown()
 
@@ -38,7 +40,7 @@ def test_engine_keywords_equal_reference(engine_dir, prompts, cpu_engine_env):
     ids = [tokenizer.encode(prompt) for prompt in prompts[:8]]
     expected = [ReferenceRunner(model).run(make_decoder("wedlm", config, p, SamplingParams(), Limits(20)))
                 for p in ids]
-    outputs = generate(engine_dir["qwen3"], "wedlm", CONFIG, ids)
+    outputs, _ = generate(engine_dir["qwen3"], "wedlm", CONFIG, ids)
     ties.compare([out["output_ids"] for out in outputs], [e.token_ids for e in expected],
                  [e.margins for e in expected])
 
@@ -53,14 +55,17 @@ def test_the_width_planner_decides_what_is_forwarded(engine_dir, prompts, cpu_en
     ids = [tokenizer.encode(prompt) for prompt in prompts[:6]]
     expected = [ReferenceRunner(model).run(make_decoder("ar", parse_config("ar"), p, SamplingParams(), Limits(20)))
                 for p in ids]
-    steps = {}
+    steps, steady = {}, {}
     for label, extra in {"dear": {"step_cost": [0.01, 1.0, 1.0]}, "free": {"step_cost": [1.0, 0.0, 0.0]},
                          "fixed": {"adaptive": False}}.items():
-        outputs = generate(engine_dir["qwen3"], "diffusion_self", {**config, **extra}, ids)
+        outputs, planner = generate(engine_dir["qwen3"], "diffusion_self", {**config, **extra}, ids)
         ties.compare([out["output_ids"] for out in outputs], [e.token_ids for e in expected],
                      [e.margins for e in expected])
         steps[label] = sum(out["meta_info"]["spec_verify_ct"] for out in outputs)
+        steady[label] = planner.get("steady_steps", 0)
     assert steps["dear"] == 19 * len(ids) and steps["free"] == steps["fixed"] < steps["dear"]
+    # Rows dear, every step after the batch's first plain one repeats it with no per-request work.
+    assert steady["dear"] >= 15 and steady["free"] == steady["fixed"] == 0, steady
 
 
 @pytest.mark.parametrize("spec", [
@@ -89,6 +94,7 @@ def test_paused_decoders_catch_up_when_the_batch_shrinks(engine_dir, prompts, cp
     ties.compare([out["output_ids"] for out in outputs], [e.token_ids for e in expected], [e.margins for e in expected])
     paused = planner.get("paused_steps", planner.get("paused_request_steps"))
     assert paused >= 5 and planner["drafts_per_step"] > 0, planner
+    assert planner["steady_steps"] >= 3, planner  # the full batch's plain steps after its first: no per-request work
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
