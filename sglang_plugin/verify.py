@@ -105,7 +105,7 @@ class VerifyWorker(PluginWorker):
         seeds = [req.output_ids[-1] for req in batch.reqs]
         if self.planner is not None:
             seeded = [state.sampling.seed is not None for state in states]
-            limits = self.planner.plan([r.rid for r in batch.reqs], limits, seeded).tolist()
+            limits = self.planner.plan(rids, limits, seeded).tolist()
         drafts = self.drafter.draft(batch, batch.reqs, states, seeds, limits)
         iterated = [state.decoder is None or state.decoder.iterated for state in states]  # `Decoder.iterated`
         width = 1 + max(len(d.tokens) for d in drafts)
