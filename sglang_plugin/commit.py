@@ -12,7 +12,6 @@ pool has (KV written in scratch slots, or never written). Those rows are recompu
 window (`common.window.after_rows`), and a token is handed to SGLang only once the KV before it is in the pool.
 """
 
-import logging
 import time
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
@@ -32,8 +31,6 @@ from parallel_decoding.common.width_planner import Shape, cap_widths, planner_fo
 from parallel_decoding.common.window import Attention, Forward, after_rows
 from parallel_decoding.sglang_plugin.logprobs import MISSING, Asked, Entry, asked, entries
 from parallel_decoding.sglang_plugin.worker import PluginWorker, catch_up, sampling_of
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -100,8 +97,6 @@ class CommitWorker(PluginWorker):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.paused_steps = 0  # decode steps run as SGLang's AR step, every request's decoder paused
-        self.paused_batch: list[str] | None = None  # its requests after a step that paused them all (`steady`)
-        self.steady_steps = 0  # paused steps that took no per-request work
         self.planner = None
         if getattr(self.config, "mode", None) == "quadratic":
             self.planner = planner_for(self.config, self.config.num_speculative_tokens,
@@ -116,21 +111,19 @@ class CommitWorker(PluginWorker):
 
     def describe_planner(self) -> dict[str, float] | None:
         described = super().describe_planner()
-        return None if described is None else {**described, "paused_steps": self.paused_steps,
-                                                "steady_steps": self.steady_steps}
+        return None if described is None else {**described, "paused_steps": self.paused_steps}
 
     def forward_batch_generation(self, batch: Any, on_publish: Any = None, pp_proxy_tensors: Any = None) -> Any:
         if not batch.forward_mode.is_decode():
-            self.paused_batch = None
+            self.steady_batch = None
             return self.prefill(batch, on_publish)
         started = time.perf_counter()
         rids = [req.rid for req in batch.reqs]
-        if self.steady(rids):
+        if self.steady(rids):  # the batch the last step paused, its decoders' limits as planned
             committed = self.plain_step(batch)
-            self.steady_steps += 1
+            self.paused_steps += 1
             self.observe(len(rids), 0, started)
             return self.result(batch, committed, on_publish)
-        self.paused_batch = None
         states = [self.held(req) for req in batch.reqs]
         planned = [(req.rid, state.decoder) for req, state in zip(batch.reqs, states, strict=True)
                    if state is not None and isinstance(state.decoder, QuadraticSelfSpecDecoder | JacobiDecoder)]
@@ -138,7 +131,8 @@ class CommitWorker(PluginWorker):
             cap_widths(self.planner, [rid for rid, _ in planned], [decoder for _, decoder in planned])
         if self.pauses(batch, states):  # SGLang's AR step: its decode forward, each row's argmax
             width, committed, logprobs = 1, self.plain_step(batch), None
-            self.paused_batch = rids
+            self.paused_steps += 1
+            self.steady_batch = rids
             drafting = 0
         else:
             for req, state in zip(batch.reqs, states, strict=True):
@@ -150,26 +144,6 @@ class CommitWorker(PluginWorker):
             drafting = 1  # the windows' path, not SGLang's decode step
         self.observe(len(states) * width, drafting, started)
         return self.result(batch, committed, on_publish, logprobs)
-
-    def steady(self, rids: list[str]) -> bool:
-        """Whether the step's batch is the one the last step paused (`pauses`), none of it woken since (only a step
-        that is not steady wakes a decoder, and a prefill ends the hold), and the planner holds it at no draft again
-        (`WidthPlanner.plain_again`: its decoders, paused, keep the limits they were planned with). Under load most
-        steps are such, and they run as SGLang's AR step with no per-request work."""
-        return self.paused_batch == rids and self.planner is not None and self.planner.plain_again()
-
-    def plain_step(self, batch: Any) -> list[list[int]]:
-        """SGLang's AR step for a batch whose decoders are paused: its decode forward, each row's argmax."""
-        logits = self.run_decode(batch, torch.tensor([req.output_ids[-1] for req in batch.reqs]))
-        self.paused_steps += 1
-        return [[token] for token in logits[:, 0].max(-1).indices.tolist()]
-
-    def observe(self, rows: int, drafting: int, started: float) -> None:
-        """The step's rows and measured time to the planner's cost model (logged now and then)."""
-        if self.planner is not None:
-            report = self.planner.observe(rows, drafting, time.perf_counter() - started)
-            if report is not None:
-                logger.info("parallel-decoding width planner (%s): %s", self.mode, report)
 
     def pauses(self, batch: Any, states: list[PooledDecoder | None]) -> bool:
         """Whether every request of the step is held at no draft and paused (pausing those not yet,

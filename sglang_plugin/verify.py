@@ -8,7 +8,6 @@ its first token with its own generator (`prefill`). Which drafts a request carri
 planner's (`common.width_planner`: one width for the batch, SGLang's verify window being rectangular).
 """
 
-import logging
 import time
 from typing import Any
 
@@ -24,8 +23,6 @@ from parallel_decoding.sglang_plugin.drafters import make_drafter
 from parallel_decoding.sglang_plugin.drafts import RequestState
 from parallel_decoding.sglang_plugin.logprobs import MISSING, Entry, asked, entries
 from parallel_decoding.sglang_plugin.worker import PluginWorker, sampling_of
-
-logger = logging.getLogger(__name__)
 
 
 def constrained(reqs: list[Any], drafts: list[list[int]], logits: torch.Tensor) -> torch.Tensor:
@@ -60,8 +57,6 @@ class VerifyWorker(PluginWorker):
         super().__init__(*args, **kwargs)
         self.drafter = make_drafter(self.mode, self.config, self)
         slots = self.mode == "wedlm_spec"  # the next drafts' mask slots ride in the verify window
-        self.plain_batch: list[str] | None = None  # its requests after a plain step that left them all `steady`
-        self.steady_steps = 0  # plain steps that took no per-request work
         self.planner = planner_for(self.config, self.config.window - 1 if slots else self.width - 1,
                                    Shape(uniform=True, extra_forward=self.mode == "diffusion_self", mask_slots=slots))
 
@@ -76,8 +71,7 @@ class VerifyWorker(PluginWorker):
 
     def describe_planner(self) -> dict[str, float] | None:
         described = super().describe_planner()
-        return None if described is None else {**described, "paused_request_steps": self.drafter.paused_request_steps,
-                                                "steady_steps": self.steady_steps}
+        return None if described is None else {**described, "paused_request_steps": self.drafter.paused_request_steps}
 
     def state(self, req: Any) -> RequestState:
         state = self.held(req)
@@ -89,19 +83,17 @@ class VerifyWorker(PluginWorker):
 
     def forward_batch_generation(self, batch: Any, on_publish: Any = None, pp_proxy_tensors: Any = None) -> Any:
         if not batch.forward_mode.is_decode():
-            self.plain_batch = None
+            self.steady_batch = None
             return self.prefill(batch, on_publish)
         started = time.perf_counter()
         states = [self.state(req) for req in batch.reqs]
         limits = self.drafter.limits(batch.reqs, states)
         rids = [req.rid for req in batch.reqs]
-        if self.steady(rids, limits):
+        if self.steady(rids, limits):  # limits shrink as requests near max_new_tokens
             committed = self.plain_step(batch)
-            self.steady_steps += 1
             self.drafter.paused_request_steps += len(rids) if self.drafter.pauses else 0
             self.observe(len(rids), 0, started)
             return self.result(batch, committed, on_publish)
-        self.plain_batch = None
         seeds = [req.output_ids[-1] for req in batch.reqs]
         if self.planner is not None:
             seeded = [state.sampling.seed is not None for state in states]
@@ -134,7 +126,7 @@ class VerifyWorker(PluginWorker):
             self.observe(tokens.numel() + draft_rows, int(width > 1 or draft_rows > 0), started)
             if width == 1 and not draft_rows and self.decodes_plainly and logprobs is None \
                     and self.leaves_plain(batch.reqs, states):
-                self.plain_batch = rids
+                self.steady_batch = rids
         return self.result(batch, committed, on_publish, logprobs)
 
     def leaves_plain(self, reqs: list[Any], states: list[RequestState]) -> bool:
@@ -142,23 +134,6 @@ class VerifyWorker(PluginWorker):
         model gives them (no penalty, bias or grammar), its decoder, where it follows, paused."""
         return all(state.sampling.greedy and not state.sampling.adjusts_logits and req.grammar is None
                    and (state.paused or not self.drafter.pauses) for req, state in zip(reqs, states, strict=True))
-
-    def steady(self, rids: list[str], limits: list[int]) -> bool:
-        """Whether the step is the last plain one's again (`leaves_plain`): the same requests, none prefilled
-        since, and the planner holding them at no draft with their limits as they stand (`WidthPlanner.plain_again`).
-        Under load most steps are such: SGLang's AR step, each row's argmax, with no drafts laid out or verified."""
-        return self.plain_batch == rids and self.planner is not None and self.planner.plain_again(rids, limits)
-
-    def plain_step(self, batch: Any) -> list[list[int]]:
-        """SGLang's decode forward of each request's last token; each row's argmax."""
-        logits = self.run_decode(batch, torch.tensor([req.output_ids[-1] for req in batch.reqs]))
-        return [[token] for token in logits[:, 0].argmax(-1).tolist()]
-
-    def observe(self, rows: int, drafting: int, started: float) -> None:
-        """The step's rows and measured time to the planner's cost model (logged now and then)."""
-        report = self.planner.observe(rows, drafting, time.perf_counter() - started)
-        if report is not None:
-            logger.info("parallel-decoding width planner (%s): %s", self.mode, report)
 
     @staticmethod
     def chain_logprobs(batch: Any, logits: torch.Tensor, committed: list[list[int]]) -> list[list[Entry]] | None:

@@ -7,6 +7,8 @@ Two kinds of modes subclass it: verifying ones (`sglang_plugin.verify`) and ones
 """
 
 import copy
+import logging
+import time
 import weakref
 from dataclasses import replace
 from typing import Any
@@ -20,6 +22,8 @@ from sglang.srt.speculative.ngram_info import NgramVerifyInput
 from parallel_decoding.common.sampling import SamplingParams
 from parallel_decoding.sglang_plugin.cli import decode_settings
 from parallel_decoding.sglang_plugin.logprobs import Entry, decode_output, fill_prefill
+
+logger = logging.getLogger(__name__)
 
 
 def sampling_of(req: Any, adjustments: bool = False, resumed: bool = True) -> SamplingParams:
@@ -78,6 +82,9 @@ def window_mask(starts: torch.Tensor, visible: torch.Tensor, cached: int) -> tor
 class PluginWorker(BaseSpecWorker):
     # Tokens of a step that are not drafts (SGLang's accept statistics subtract them).
     non_draft_tokens = 1
+    planner: Any = None  # the mode's width planner (`common.width_planner`), None where it does not adapt
+    steady_batch: list[str] | None = None  # the last plain step's requests, while each needs no per-request work
+    steady_steps = 0  # plain steps run as a steady batch (`steady`)
 
     def __init__(self, server_args: Any, gpu_id: int, nccl_port: int, target_worker: Any, **_: Any) -> None:
         super().__init__()
@@ -138,9 +145,32 @@ class PluginWorker(BaseSpecWorker):
         """A request's state was let go."""
 
     def describe_planner(self) -> dict[str, float] | None:
-        """The width planner's choices and cost model (`WidthPlanner.describe`), None where the mode has none."""
-        planner = getattr(self, "planner", None)
-        return None if planner is None else planner.describe()
+        """The width planner's choices and cost model (`WidthPlanner.describe`) and the steady steps, None where the
+        mode has no planner."""
+        return None if self.planner is None else {**self.planner.describe(), "steady_steps": self.steady_steps}
+
+    def steady(self, rids: list[str], limits: list[int] | None = None) -> bool:
+        """Whether the step's batch is the one a worker's last plain step left needing no per-request work
+        (`steady_batch`, set by the worker; a prefill ends it), and the planner holds those requests at no draft again
+        (`WidthPlanner.plain_again`, given their `limits` where they may have changed). Under load most steps are
+        such: SGLang's AR step (`plain_step`), no decoder looked at, no drafts laid out or verified."""
+        if self.steady_batch == rids and self.planner is not None and self.planner.plain_again(rids, limits):
+            self.steady_steps += 1
+            return True
+        self.steady_batch = None
+        return False
+
+    def plain_step(self, batch: Any) -> list[list[int]]:
+        """SGLang's decode forward of each request's last token; each row's argmax is its token."""
+        logits = self.run_decode(batch, torch.tensor([req.output_ids[-1] for req in batch.reqs]))
+        return [[token] for token in logits[:, 0].argmax(-1).tolist()]
+
+    def observe(self, rows: int, drafting: int, started: float) -> None:
+        """The step's rows and measured time to the planner's cost model (logged now and then)."""
+        if self.planner is not None:
+            report = self.planner.observe(rows, drafting, time.perf_counter() - started)
+            if report is not None:
+                logger.info("parallel-decoding width planner (%s): %s", self.mode, report)
 
     def run_window(self, batch: Any, tokens: torch.Tensor, visible: torch.Tensor, positions: torch.Tensor | None = None,
                    starts: torch.Tensor | None = None, locations: torch.Tensor | None = None) -> torch.Tensor:
