@@ -12,9 +12,11 @@ from pathlib import Path
 
 from scripts.server_process import ServerClient, free_port, running_server
 
-# SGLang's CPU path, as `sglang.Engine` keyword arguments and as `launch_server` flags.
+# SGLang's CPU path, as `sglang.Engine` keyword arguments and as `launch_server` flags. `sleep_on_idle`: an idle
+# scheduler otherwise polls its sockets without pause, a whole core (half of a 2-core VM's CPU) taken from whatever
+# else runs there, another engine of a bench or a test; sleeping, it wakes on the next request.
 CPU_KWARGS = {"device": "cpu", "dtype": "float32", "attention_backend": "torch_native", "sampling_backend": "pytorch",
-              "disable_overlap_schedule": True, "mem_fraction_static": 0.05}
+              "disable_overlap_schedule": True, "mem_fraction_static": 0.05, "sleep_on_idle": True}
 CPU_ARGS = [arg for name, value in CPU_KWARGS.items()
             for arg in ["--" + name.replace("_", "-"), *([] if value is True else [str(value)])]]
 
