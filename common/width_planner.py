@@ -71,6 +71,7 @@ class StepCost:
     PRIOR = (1.0, 0.025, 1.0)  # base, per row, per drafting step; in units of the base
     PRIOR_ONE_FORWARD = (1.0, 0.025, 0.25)
     REFIT_EVERY = 16
+    SIMILAR = 1.5
 
     def __init__(self, fixed: tuple[float, float, float] | None = None, window: int = 128,
                  prior_weight: float = 4.0, prior: tuple[float, float, float] = PRIOR, exact: bool | None = None
@@ -82,6 +83,7 @@ class StepCost:
         self.prior_weight = prior_weight
         self._fit: tuple[float, float, float] | None = None
         self.unfitted = 0  # steps observed since the last fit
+        self._drafting_rows = np.zeros(0)  # the rows of the measured drafting steps behind the fit, sorted
 
     def observe(self, rows: int, drafting: int, seconds: float) -> None:
         """One step that forwarded `rows` in all, verifying drafts or not (`drafting`), took `seconds`."""
@@ -94,10 +96,22 @@ class StepCost:
     @property
     def coefficients(self) -> tuple[float, float, float]:
         """(seconds per step, per row, per drafting step); the prior's shape at unit scale before any step."""
+        return self.fixed if self.fixed is not None else self._current()
+
+    def support(self, rows: Any) -> np.ndarray:
+        """For steps of each of `rows`: how many measured drafting steps behind the fit had within `SIMILAR` times as
+        many rows (none for fixed coefficients): how far the fit has seen what it predicts a drafting step to cost."""
+        rows = np.asarray(rows, dtype=np.float64)
         if self.fixed is not None:
-            return self.fixed
+            return np.zeros(rows.shape, dtype=np.int64)
+        self._current()
+        seen = self._drafting_rows
+        return np.searchsorted(seen, rows * self.SIMILAR, "right") - np.searchsorted(seen, rows / self.SIMILAR, "left")
+
+    def _current(self) -> tuple[float, float, float]:
         if self._fit is None:
             self._fit, self.unfitted = self.fitted(), 0
+            self._drafting_rows = np.sort([rows for rows, drafting, _ in self.steps if drafting > 0])
         return self._fit
 
     def predict(self, rows: Any, drafting: Any) -> Any:
@@ -254,8 +268,14 @@ class WidthPlanner:
     # job's batch of 8 on SmolLM2, 2026-11-29: the 2-6 requests left in its tail drafted at an expected 1.0x, and
     # their steps cost 1.25x what the fit said: 0.94x AR against 1.00x held at plain steps; docs/adaptive-widths.md).
     # A fixed `step_cost` is taken as exact; the prior that stands in for a measured cost where several workers plan
-    # is not, and gets the margin.
+    # is not, and gets the margin. A step's margin holds while the fit has at most `MARGIN_SETTLED` measured drafting
+    # steps of about its rows behind it (`StepCost.support`) and shrinks as the error of what the fit says of such a
+    # step does, with one over the root of their count (1.075 at 16, 1.04 at 64): where most steps draft alike
+    # (batch 1) a fit from many of them is not held to a margin meant for one from a few (Jacobi on SmolLM2 at batch 1,
+    # vLLM, 2026-11-30: drafting in 24% of its steps, 0.90x its fixed width's tokens per second), while a step unlike
+    # those measured (a batch's tail drafting for several requests after its first drafted alone) keeps it.
     DRAFTING_MARGIN = 1.15
+    MARGIN_SETTLED = 4
 
     def __init__(self, max_width: int, shape: Shape = Shape(), cost: StepCost | None = None,
                  acceptance: AcceptanceTable | None = None) -> None:
@@ -339,7 +359,7 @@ class WidthPlanner:
         tokens = batch + np.concatenate([[0.0], gains.ravel()[order].cumsum()])  # taking the first n pairs
         rows = batch + np.concatenate([[0.0], marginal[order % width].cumsum()])
         seconds = self.cost.predict(rows, np.arange(batch * width + 1) > 0)
-        best = self._best(tokens / seconds)
+        best = self._best(tokens / seconds, rows)
         return np.bincount(order[:best] // width, minlength=batch)
 
     def _uniform(self, gains: np.ndarray) -> np.ndarray:
@@ -347,15 +367,25 @@ class WidthPlanner:
         batch, width = gains.shape
         w = np.arange(width + 1)
         tokens = batch + np.concatenate([[0.0], gains.sum(0).cumsum()])
-        seconds = self.cost.predict(batch * self.shape.rows(w), w > 0)
-        return np.full(batch, self._best(tokens / seconds), dtype=np.int64)
+        rows = batch * self.shape.rows(w)
+        return np.full(batch, self._best(tokens / self.cost.predict(rows, w > 0), rows), dtype=np.int64)
 
-    def _best(self, rates: np.ndarray) -> int:
-        """The index of the best of `rates` (tokens per second; index 0 the plain step), the first of equal ones (the
-        fewest rows); 0 unless it beats the plain step by `DRAFTING_MARGIN` (by any amount under an exact cost)."""
-        best = int(np.argmax(rates))
-        margin = 1.0 if self.cost.exact else self.DRAFTING_MARGIN
-        return best if rates[best] >= margin * rates[0] else 0
+    def margins(self, rows: Any) -> np.ndarray:
+        """For drafting steps of each of `rows`: how much more than a plain step they must be expected to commit per
+        second (`DRAFTING_MARGIN`, shrinking with the measured drafting steps of about as many rows; 1 under an exact
+        cost)."""
+        rows = np.asarray(rows, dtype=np.float64)
+        if self.cost.exact:
+            return np.ones(rows.shape)
+        settled = self.MARGIN_SETTLED / np.maximum(self.cost.support(rows), self.MARGIN_SETTLED)
+        return 1.0 + (self.DRAFTING_MARGIN - 1.0) * np.sqrt(settled)
+
+    def _best(self, rates: np.ndarray, rows: np.ndarray) -> int:
+        """The index of the best of `rates` (tokens per second of steps of `rows`; index 0 the plain step), each
+        drafting step's discounted by its margin; the first of equal ones (the fewest rows)."""
+        margins = self.margins(rows)
+        margins[0] = 1.0
+        return int(np.argmax(rates / margins))
 
     def observe(self, rows: int, drafting: int, seconds: float) -> dict[str, float] | None:
         """A measured step for the cost model (`StepCost.observe`); `describe()` when a report is due (every

@@ -66,6 +66,28 @@ def test_a_step_drafts_only_where_it_beats_a_plain_one_by_the_margin():
                      (False, 0.5): [2], (False, 1.0): [2], (False, 2.0): [0]}
 
 
+def test_the_margin_shrinks_as_drafting_steps_like_the_plan_are_measured():
+    """The margin guards a fit from few drafting steps; with many of about the plan's rows behind it (batch 1, where
+    most steps draft alike) it shrinks with one over the root of their count, and a step expected to commit 1.105x a
+    plain one's tokens per second drafts; a fit from as few as `MARGIN_SETTLED`, or from many drafting steps of other
+    sizes (a batch's first request drafting alone, before its tail drafts for several), keeps the whole margin."""
+    plans, margins = {}, {}
+    for drafting_steps, drafting_rows in ((0, 3), (4, 3), (16, 3), (64, 3), (64, 12)):
+        cost = StepCost(prior=(1.0, 2.0, 0.0))
+        for step in range(64):  # measured exactly as the prior says
+            rows, drafting = (drafting_rows, 1) if step < drafting_steps else (1, 0)
+            cost.observe(rows, drafting, 1.0 + 2.0 * rows)
+        plan = WidthPlanner(8, Shape(), cost)
+        accepting(plan, ["a"], [2])
+        key = drafting_steps, drafting_rows
+        plans[key], margins[key] = plan.plan(["a"], [8]).tolist(), plan.margins([3.0])[0]
+    # 2 drafts (3 rows): 1.105x a plain step's tokens per second
+    assert plans == {(0, 3): [0], (4, 3): [0], (16, 3): [2], (64, 3): [2], (64, 12): [0]}
+    assert margins[0, 3] == margins[4, 3] == margins[64, 12] == WidthPlanner.DRAFTING_MARGIN
+    assert abs(margins[16, 3] - 1.075) < 1e-9 and abs(margins[64, 3] - 1.0375) < 1e-9
+    assert planner((1.0, 2.0, 0.0)).margins([3.0]).tolist() == [1.0]  # a given cost is exact
+
+
 def test_the_prior_that_stands_in_for_a_measured_cost_gets_the_margin():
     """Several workers planning one batch plan by the prior's shape, a guess and not a measurement: the margin
     applies as to a measured cost, not the any-gain rule of a `step_cost` the config gives."""
