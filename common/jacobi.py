@@ -89,6 +89,13 @@ class PseudoBlock:
 
 
 class JacobiDecoder(Decoder):
+    # Drafting forwards in a row after which its drafts count as iterated (`Decoder.iterated`). Stale drafts (copies of
+    # the first token, or after a plain step or a pause) converge over a few forwards: on the tiny Jacobi Forcing
+    # checkpoint the stale drafts after SGLang resumed a paused request and those of the forward after accepted
+    # nothing, and a planner that learnt from the latter held the request at no draft for the 45-60 steps before its
+    # evidence faded, at batch 1 where drafting every step ran 1.31x AR (docs/adaptive-widths.md).
+    SETTLED_AFTER = 2
+
     def __init__(self, prompt: list[int], sampling: SamplingParams, limits: Limits, config: JacobiConfig):
         super().__init__(prompt, sampling, limits)
         self.config = config
@@ -100,7 +107,12 @@ class JacobiDecoder(Decoder):
         self._main: list[int] = []  # the planned forward's main drafts (`main_drafts` when it was planned)
         self.draft_cap: int | None = None  # an engine's width planner's, set before each forward it plans
         self.verified = (0, 0)  # the last step's drafts verified and accepted, for an engine's planner
-        self.iterated = False  # `Decoder.iterated`: its first drafts are copies of the first token
+        self.drafted_in_a_row = 0  # drafting forwards since its drafts were last stale (its first: copies)
+
+    @property
+    def iterated(self) -> bool:
+        """`Decoder.iterated`: its drafts have been iterated by `SETTLED_AFTER` drafting forwards in a row."""
+        return self.drafted_in_a_row >= self.SETTLED_AFTER
 
     @property
     def next_position(self) -> int:
@@ -177,7 +189,7 @@ class JacobiDecoder(Decoder):
         """Open the first block after the prompt's first token: n copies of it as drafts."""
         self.fixed_ra_end = len(self.prompt) + 1 + self.config.block_size
         self.ra_drafts = [first] * self.config.block_size
-        self.iterated = False
+        self.drafted_in_a_row = 0
 
     def resumed(self, token: int) -> None:
         """The block opens after `token` (as after the prefill's first token)."""
@@ -190,7 +202,7 @@ class JacobiDecoder(Decoder):
             self.acceptance.record(0, 0)
             self.advance([token], 1)
             super().catch_up([token])
-        self.iterated = False
+        self.drafted_in_a_row = 0
 
     def follow(self, predicted: list[int], committed: list[int]) -> None:
         """Engine-driven step: the engine verified `main_drafts()` (or the first of them it scheduled) itself and
@@ -201,7 +213,7 @@ class JacobiDecoder(Decoder):
         """
         drafts = len(predicted) - 1
         self.acceptance.record(drafts, len(committed) - 1)
-        self.iterated = drafts > 0
+        self.drafted_in_a_row = self.drafted_in_a_row + 1 if drafts > 0 else 0
         if self.config.pool_size and len(committed) <= drafts:
             self.recycle(committed, predicted, drafts + 1)
         self.advance(predicted, len(committed))
@@ -288,7 +300,7 @@ class JacobiDecoder(Decoder):
         self.note_margin(margin)
         self.acceptance.record(0, 0)
         self.verified = (0, 0)
-        self.iterated = False
+        self.drafted_in_a_row = 0
         n_pending = self.num_tokens - self.cache_len
         self.advance([token], 1)
         return Outcome([token], kv_keep=n_pending)
@@ -307,7 +319,7 @@ class JacobiDecoder(Decoder):
         self.acceptance.record(len(drafts), len(committed) - 1)
         # A planner learns what iterated drafts accept; stale ones (after a plain step) only refresh them.
         self.verified = (len(drafts), len(committed) - 1) if self.iterated else (0, 0)
-        self.iterated = bool(drafts)
+        self.drafted_in_a_row = self.drafted_in_a_row + 1 if drafts else 0
         # The next drafts come from the winning option's rows where it has them, the main window's after.
         window = torch.tensor(option_rows + list(range(len(option_rows), n_main)))
         predicted = (rows.token[window] if self.sampling.greedy

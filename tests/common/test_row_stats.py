@@ -202,9 +202,9 @@ def test_a_paused_decoder_catches_up_as_its_own_plain_steps_leave_it(method: str
 
 
 def test_a_jacobi_decoder_tells_a_planner_only_what_iterated_drafts_accepted() -> None:
-    """Jacobi's first drafts (copies of the first token), and those after a plain step or a pause, are stale: how
-    they fare is not told to a width planner (`verified` stays (0, 0)), only that they are iterated now; the drafts a
-    drafting step made are told (`Decoder.iterated`)."""
+    """Jacobi's first drafts (copies of the first token), and those after a plain step or a pause, are stale, and so
+    are the drafts of the forward after: how they fare is not told to a width planner (`verified` stays (0, 0)); the
+    drafts of `SETTLED_AFTER` (2) drafting forwards in a row are told (`Decoder.iterated`)."""
     generator = torch.Generator().manual_seed(7)
 
     def step(decoder, cap: int) -> None:
@@ -215,14 +215,18 @@ def test_a_jacobi_decoder_tells_a_planner_only_what_iterated_drafts_accepted() -
         apply_rows([decoder], logits, [rows])
 
     for decoder in decoders("jacobi", [None] * 6):
+        assert decoder.SETTLED_AFTER == 2
         step(decoder, 2)  # the prefill
         assert not decoder.iterated
         step(decoder, 2)  # its first drafts: copies of the first token
+        assert decoder.verified == (0, 0) and not decoder.iterated
+        step(decoder, 2)  # drafts one forward made
         assert decoder.verified == (0, 0) and decoder.iterated
         step(decoder, 2)
         assert decoder.verified[0] >= 1 and decoder.iterated
         step(decoder, 0)  # a plain step
         assert decoder.verified == (0, 0) and not decoder.iterated
+        step(decoder, 2)
         step(decoder, 2)
         assert decoder.verified == (0, 0) and decoder.iterated
         decoder.cap(0)
