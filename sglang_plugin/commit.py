@@ -120,29 +120,28 @@ class CommitWorker(PluginWorker):
         started = time.perf_counter()
         rids = [req.rid for req in batch.reqs]
         if self.steady(rids):  # the batch the last step paused, its decoders' limits as planned
-            committed = self.plain_step(batch)
+            tokens = self.plain_step(batch)
             self.paused_steps += 1
             self.observe(len(rids), 0, started)
-            return self.result(batch, committed, on_publish)
+            return self.plain_result(batch, tokens, on_publish)
         states = [self.held(req) for req in batch.reqs]
         planned = [(req.rid, state.decoder) for req, state in zip(batch.reqs, states, strict=True)
                    if state is not None and isinstance(state.decoder, QuadraticSelfSpecDecoder | JacobiDecoder)]
         if self.planner is not None and planned:
             cap_widths(self.planner, [rid for rid, _ in planned], [decoder for _, decoder in planned])
         if self.pauses(batch, states):  # SGLang's AR step: its decode forward, each row's argmax
-            width, committed, logprobs = 1, self.plain_step(batch), None
+            tokens = self.plain_step(batch)
             self.paused_steps += 1
             self.steady_batch = rids
-            drafting = 0
-        else:
-            for req, state in zip(batch.reqs, states, strict=True):
-                if state is not None and state.paused:
-                    state.wake(req)
-            width = self.step(batch, states)
-            committed = [state.emittable(len(req.output_ids)) for req, state in zip(batch.reqs, states, strict=True)]
-            logprobs = emitted_logprobs(batch.reqs, states, committed)
-            drafting = 1  # the windows' path, not SGLang's decode step
-        self.observe(len(states) * width, drafting, started)
+            self.observe(len(states), 0, started)
+            return self.plain_result(batch, tokens, on_publish)
+        for req, state in zip(batch.reqs, states, strict=True):
+            if state is not None and state.paused:
+                state.wake(req)
+        width = self.step(batch, states)
+        committed = [state.emittable(len(req.output_ids)) for req, state in zip(batch.reqs, states, strict=True)]
+        logprobs = emitted_logprobs(batch.reqs, states, committed)
+        self.observe(len(states) * width, 1, started)  # drafting: the windows' path, not SGLang's decode step
         return self.result(batch, committed, on_publish, logprobs)
 
     def pauses(self, batch: Any, states: list[PooledDecoder | None]) -> bool:

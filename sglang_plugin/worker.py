@@ -160,10 +160,10 @@ class PluginWorker(BaseSpecWorker):
         self.steady_batch = None
         return False
 
-    def plain_step(self, batch: Any) -> list[list[int]]:
-        """SGLang's decode forward of each request's last token; each row's argmax is its token."""
+    def plain_step(self, batch: Any) -> torch.Tensor:
+        """SGLang's decode forward of each request's last token; each row's argmax is its token [bs]."""
         logits = self.run_decode(batch, torch.tensor([req.output_ids[-1] for req in batch.reqs]))
-        return [[token] for token in logits[:, 0].argmax(-1).tolist()]
+        return logits[:, 0].argmax(-1)
 
     def observe(self, rows: int, drafting: int, started: float) -> None:
         """The step's rows and measured time to the planner's cost model (logged now and then)."""
@@ -227,12 +227,23 @@ class PluginWorker(BaseSpecWorker):
         accept_lens = torch.tensor([len(c) for c in committed], dtype=torch.int32, device=self.device)
         stride = max(1, *(len(c) for c in committed))
         padded = torch.tensor([c + [0] * (stride - len(c)) for c in committed], device=self.device)
+        output = None if logprobs is None else decode_output(logprobs, stride, self.device)
+        return self.runs_result(batch, padded.flatten(), accept_lens, stride, on_publish, output)
+
+    def plain_result(self, batch: Any, tokens: torch.Tensor, on_publish: Any) -> Any:
+        """`result` for a step that committed one token a request, `tokens` [bs] (`plain_step`'s), without lists."""
+        accept_lens = torch.ones(len(tokens), dtype=torch.int32, device=self.device)
+        return self.runs_result(batch, tokens.to(self.device), accept_lens, 1, on_publish, None)
+
+    def runs_result(self, batch: Any, tokens: torch.Tensor, accept_lens: torch.Tensor, stride: int, on_publish: Any,
+                    output: Any) -> Any:
+        """SGLang's speculative result from the committed runs, `tokens` [bs * stride] (each run padded to `stride`)
+        with their lengths `accept_lens`, and their logprobs' `output`."""
         new_seq_lens = batch.seq_lens + accept_lens
         if on_publish is not None:
             on_publish(new_seq_lens)
-        output = None if logprobs is None else decode_output(logprobs, stride, self.device)
         return GenerationBatchResult(
-            logits_output=output, next_token_ids=padded.flatten(), can_run_cuda_graph=False,
+            logits_output=output, next_token_ids=tokens, can_run_cuda_graph=False,
             accept_lens=accept_lens, new_seq_lens=new_seq_lens,
             next_draft_input=self.draft_input(new_seq_lens, accept_lens),
             speculative_num_draft_tokens=self.width, speculative_output_stride=stride,
