@@ -192,8 +192,11 @@ class SglangRun:
             os.environ.update(cpu_env())
         import sglang
 
-        kwargs = {"context_length": max_model_len} | ({} if torch.cuda.is_available() else {**CPU_KWARGS,
-                                                                                                "dtype": dtype})
+        # On CPU every engine of the run gets the same KV pool, room for the batch at full length: SGLang sizes it
+        # from the memory left free, which the engines started before it take (SmolLM2 in float32: the last of four
+        # engines at batch 32 held half the batch, the last of six at batch 1 none).
+        kwargs = {"context_length": max_model_len} | ({} if torch.cuda.is_available() else {
+            **CPU_KWARGS, "dtype": dtype, "mem_fraction_static": 0.6, "max_total_tokens": batch_size * max_model_len})
         if spec is not None:
             kwargs.update(decode_mode=spec["method"], decode_config={k: v for k, v in spec.items() if k != "method"})
         self.spec = spec
