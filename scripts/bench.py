@@ -34,8 +34,9 @@ prefill); the histogram counts verify steps by accepted drafts (vLLM only).
 only, at the configured width: it has no planner), on `--device` (a GPU where there is one): what the methods' saved
 forwards become where a forward's cost hardly grows with its rows. Its tokens per forward are its own counts.
 SGLang runs in its own environment (`scripts/setup_sglang_env.sh`), on CPU with `scripts.sglang_server`'s settings
-(float32) when there is no GPU; it has no ngram here, and only SGLang runs `jacobi_recycling` (candidates verified
-as branches beside the drafts; `jacobi` recycles linearly on both engines).
+(float32; every engine of a run with the same KV pool) when there is no GPU; it has no ngram here, and only SGLang
+runs `jacobi_recycling` (candidates verified as branches beside the drafts; `jacobi` recycles linearly on both
+engines).
 
 `--model huginn` runs Huginn's samplers (`ar`, `adaptive`, `wavefront`, at r = `--num-steps`) on the Raven of
 `--models` (`raven`, the shipped trained one unless a checkpoint of your own is there), served by vLLM or SGLang (on
