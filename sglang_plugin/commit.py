@@ -120,21 +120,17 @@ class CommitWorker(PluginWorker):
         started = time.perf_counter()
         rids = [req.rid for req in batch.reqs]
         if self.steady(rids):  # the batch the last step paused, its decoders' limits as planned
-            tokens = self.plain_step(batch)
             self.paused_steps += 1
-            self.observe(len(rids), 0, started)
-            return self.plain_result(batch, tokens, on_publish)
+            return self.plain_step(batch, on_publish, started)
         states = [self.held(req) for req in batch.reqs]
         planned = [(req.rid, state.decoder) for req, state in zip(batch.reqs, states, strict=True)
                    if state is not None and isinstance(state.decoder, QuadraticSelfSpecDecoder | JacobiDecoder)]
         if self.planner is not None and planned:
             cap_widths(self.planner, [rid for rid, _ in planned], [decoder for _, decoder in planned])
         if self.pauses(batch, states):  # SGLang's AR step: its decode forward, each row's argmax
-            tokens = self.plain_step(batch)
             self.paused_steps += 1
             self.steady_batch = rids
-            self.observe(len(states), 0, started)
-            return self.plain_result(batch, tokens, on_publish)
+            return self.plain_step(batch, on_publish, started)
         for req, state in zip(batch.reqs, states, strict=True):
             if state is not None and state.paused:
                 state.wake(req)

@@ -90,10 +90,8 @@ class VerifyWorker(PluginWorker):
         limits = self.drafter.limits(batch.reqs, states)
         rids = [req.rid for req in batch.reqs]
         if self.steady(rids, limits):  # limits shrink as requests near max_new_tokens
-            tokens = self.plain_step(batch)
             self.drafter.paused_request_steps += len(rids) if self.drafter.pauses else 0
-            self.observe(len(rids), 0, started)
-            return self.plain_result(batch, tokens, on_publish)
+            return self.plain_step(batch, on_publish, started)
         seeds = [req.output_ids[-1] for req in batch.reqs]
         if self.planner is not None:
             seeded = [state.sampling.seed is not None for state in states]

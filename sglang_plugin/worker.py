@@ -160,10 +160,14 @@ class PluginWorker(BaseSpecWorker):
         self.steady_batch = None
         return False
 
-    def plain_step(self, batch: Any) -> torch.Tensor:
-        """SGLang's decode forward of each request's last token; each row's argmax is its token [bs]."""
+    def plain_step(self, batch: Any, on_publish: Any, started: float) -> Any:
+        """SGLang's decode forward of each request's last token, each row's argmax its token: the step's result, its
+        time told to the planner's cost model as a plain step's."""
         logits = self.run_decode(batch, torch.tensor([req.output_ids[-1] for req in batch.reqs]))
-        return logits[:, 0].argmax(-1)
+        tokens = logits[:, 0].argmax(-1).to(self.device)
+        self.observe(len(batch.reqs), 0, started)
+        accept_lens = torch.ones(len(tokens), dtype=torch.int32, device=self.device)
+        return self.runs_result(batch, tokens, accept_lens, 1, on_publish, None)
 
     def observe(self, rows: int, drafting: int, started: float) -> None:
         """The step's rows and measured time to the planner's cost model (logged now and then)."""
@@ -229,11 +233,6 @@ class PluginWorker(BaseSpecWorker):
         padded = torch.tensor([c + [0] * (stride - len(c)) for c in committed], device=self.device)
         output = None if logprobs is None else decode_output(logprobs, stride, self.device)
         return self.runs_result(batch, padded.flatten(), accept_lens, stride, on_publish, output)
-
-    def plain_result(self, batch: Any, tokens: torch.Tensor, on_publish: Any) -> Any:
-        """`result` for a step that committed one token a request, `tokens` [bs] (`plain_step`'s), without lists."""
-        accept_lens = torch.ones(len(tokens), dtype=torch.int32, device=self.device)
-        return self.runs_result(batch, tokens.to(self.device), accept_lens, 1, on_publish, None)
 
     def runs_result(self, batch: Any, tokens: torch.Tensor, accept_lens: torch.Tensor, stride: int, on_publish: Any,
                     output: Any) -> Any:
