@@ -28,7 +28,7 @@ from parallel_decoding.common.decoder import Decoder, Limits
 from parallel_decoding.common.errors import require
 from parallel_decoding.common.row_stats import RowReading, RowStats
 from parallel_decoding.common.sampling import SamplingParams, choose
-from parallel_decoding.common.width_planner import check_step_cost
+from parallel_decoding.common.width_planner import Shape, check_step_cost
 from parallel_decoding.common.window import Attention, Forward, Outcome
 
 
@@ -68,6 +68,13 @@ class JacobiConfig:
     def adapts(self) -> bool:
         """Whether the engines choose the widths by load (default: yes)."""
         return self.adaptive is not False
+
+    def shape(self, uniform: bool = False) -> Shape:
+        """How a step spends rows on drafts, for an engine's width planner: recycled branches beside the main drafts
+        (up to `verification_size`, priced full) only where the pool's candidates are verified as `branches`; none
+        where they replace the drafts (`linear`) or there is no pool."""
+        branches = self.verification_size if self.pool_size and self.recycling == "branches" else 0
+        return Shape(branches=branches, uniform=uniform)
 
     @property
     def history(self) -> int:

@@ -83,7 +83,7 @@ class StepCost:
         self.prior_weight = prior_weight
         self._fit: tuple[float, float, float] | None = None
         self.unfitted = 0  # steps observed since the last fit
-        self._drafting_rows = np.zeros(0)  # the rows of the measured drafting steps behind the fit, sorted
+        self._rows = (np.zeros(0), np.zeros(0))  # rows of the measured (plain, drafting) steps behind the fit, sorted
 
     def observe(self, rows: int, drafting: int, seconds: float) -> None:
         """One step that forwarded `rows` in all, verifying drafts or not (`drafting`), took `seconds`."""
@@ -98,20 +98,22 @@ class StepCost:
         """(seconds per step, per row, per drafting step); the prior's shape at unit scale before any step."""
         return self.fixed if self.fixed is not None else self._current()
 
-    def support(self, rows: Any) -> np.ndarray:
-        """For steps of each of `rows`: how many measured drafting steps behind the fit had within `SIMILAR` times as
-        many rows (none for fixed coefficients): how far the fit has seen what it predicts a drafting step to cost."""
+    def support(self, rows: Any, drafting: bool = True) -> np.ndarray:
+        """For steps of each of `rows`: how many measured drafting (or plain) steps behind the fit had within `SIMILAR`
+        times as many rows (none for fixed coefficients): how far the fit has seen what it predicts such a step to
+        cost."""
         rows = np.asarray(rows, dtype=np.float64)
         if self.fixed is not None:
             return np.zeros(rows.shape, dtype=np.int64)
         self._current()
-        seen = self._drafting_rows
+        seen = self._rows[int(drafting)]
         return np.searchsorted(seen, rows * self.SIMILAR, "right") - np.searchsorted(seen, rows / self.SIMILAR, "left")
 
     def _current(self) -> tuple[float, float, float]:
         if self._fit is None:
             self._fit, self.unfitted = self.fitted(), 0
-            self._drafting_rows = np.sort([rows for rows, drafting, _ in self.steps if drafting > 0])
+            steps = np.array(self.steps, dtype=np.float64).reshape(-1, 3)
+            self._rows = np.sort(steps[steps[:, 1] == 0, 0]), np.sort(steps[steps[:, 1] > 0, 0])
         return self._fit
 
     def predict(self, rows: Any, drafting: Any) -> Any:
@@ -269,8 +271,9 @@ class WidthPlanner:
     # their steps cost 1.25x what the fit said: 0.94x AR against 1.00x held at plain steps; docs/adaptive-widths.md).
     # A fixed `step_cost` is taken as exact; the prior that stands in for a measured cost where several workers plan
     # is not, and gets the margin. A step's margin holds while the fit has at most `MARGIN_SETTLED` measured drafting
-    # steps of about its rows behind it (`StepCost.support`) and shrinks as the error of what the fit says of such a
-    # step does, with one over the root of their count (1.075 at 16, 1.04 at 64): where most steps draft alike
+    # steps of about its rows behind it, or as few plain steps of about the batch's (`StepCost.support`, `margins`),
+    # and shrinks as the error of what the fit says of such steps does, with one over the root of the fewer count
+    # (1.075 at 16, 1.04 at 64): where most steps draft alike
     # (batch 1) a fit from many of them is not held to a margin meant for one from a few (Jacobi on SmolLM2 at batch 1,
     # vLLM, 2026-11-30: drafting in 24% of its steps, 0.90x its fixed width's tokens per second), while a step unlike
     # those measured (a batch's tail drafting for several requests after its first drafted alone) keeps it.
@@ -370,20 +373,25 @@ class WidthPlanner:
         rows = batch * self.shape.rows(w)
         return np.full(batch, self._best(tokens / self.cost.predict(rows, w > 0), rows), dtype=np.int64)
 
-    def margins(self, rows: Any) -> np.ndarray:
-        """For drafting steps of each of `rows`: how much more than a plain step they must be expected to commit per
-        second (`DRAFTING_MARGIN`, shrinking with the measured drafting steps of about as many rows; 1 under an exact
-        cost)."""
+    def margins(self, rows: Any, plain_rows: float) -> np.ndarray:
+        """For drafting steps of each of `rows`, against a plain step of `plain_rows`: how much more than the plain step
+        they must be expected to commit per second (`DRAFTING_MARGIN`, shrinking with the fewer of the measured
+        drafting steps of about as many rows and the measured plain steps of about `plain_rows`; 1 under an exact
+        cost). The plain steps count too: a fit from drafting steps alone (batch 1, where nearly every step drafts)
+        knows what a plain step costs only from the prior's shape, and where that is wrong, drafting looks better
+        than it is and the plain step that would show it is never taken (SGLang's quadratic `diffusion_self` on
+        SmolLM2, 2026-11-30: drafting in 93% of its steps at 0.91x AR, its fit's plain step 1.6x the measured one)."""
         rows = np.asarray(rows, dtype=np.float64)
         if self.cost.exact:
             return np.ones(rows.shape)
-        settled = self.MARGIN_SETTLED / np.maximum(self.cost.support(rows), self.MARGIN_SETTLED)
+        support = np.minimum(self.cost.support(rows), self.cost.support(plain_rows, drafting=False))
+        settled = self.MARGIN_SETTLED / np.maximum(support, self.MARGIN_SETTLED)
         return 1.0 + (self.DRAFTING_MARGIN - 1.0) * np.sqrt(settled)
 
     def _best(self, rates: np.ndarray, rows: np.ndarray) -> int:
         """The index of the best of `rates` (tokens per second of steps of `rows`; index 0 the plain step), each
         drafting step's discounted by its margin; the first of equal ones (the fewest rows)."""
-        margins = self.margins(rows)
+        margins = self.margins(rows, float(rows[0]))
         margins[0] = 1.0
         return int(np.argmax(rates / margins))
 

@@ -103,7 +103,7 @@ class CommitWorker(PluginWorker):
                                        Shape(quadratic=True, uniform=True))
         elif isinstance(self.config, JacobiConfig):
             self.planner = planner_for(self.config, self.config.block_size * self.config.num_blocks,
-                                       Shape(branches=self.config.verification_size, uniform=True))
+                                       self.config.shape(uniform=True))
 
     def dropped(self, rid: str) -> None:
         if self.planner is not None:

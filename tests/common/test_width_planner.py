@@ -73,19 +73,40 @@ def test_the_margin_shrinks_as_drafting_steps_like_the_plan_are_measured():
     sizes (a batch's first request drafting alone, before its tail drafts for several), keeps the whole margin."""
     plans, margins = {}, {}
     for drafting_steps, drafting_rows in ((0, 3), (4, 3), (16, 3), (64, 3), (64, 12)):
-        cost = StepCost(prior=(1.0, 2.0, 0.0))
-        for step in range(64):  # measured exactly as the prior says
-            rows, drafting = (drafting_rows, 1) if step < drafting_steps else (1, 0)
-            cost.observe(rows, drafting, 1.0 + 2.0 * rows)
-        plan = WidthPlanner(8, Shape(), cost)
-        accepting(plan, ["a"], [2])
+        plan = measured_planner(drafting_steps, drafting_rows, plain_steps=128 - drafting_steps)
         key = drafting_steps, drafting_rows
-        plans[key], margins[key] = plan.plan(["a"], [8]).tolist(), plan.margins([3.0])[0]
+        plans[key], margins[key] = plan.plan(["a"], [8]).tolist(), plan.margins([3.0], 1.0)[0]
     # 2 drafts (3 rows): 1.105x a plain step's tokens per second
     assert plans == {(0, 3): [0], (4, 3): [0], (16, 3): [2], (64, 3): [2], (64, 12): [0]}
     assert margins[0, 3] == margins[4, 3] == margins[64, 12] == WidthPlanner.DRAFTING_MARGIN
     assert abs(margins[16, 3] - 1.075) < 1e-9 and abs(margins[64, 3] - 1.0375) < 1e-9
-    assert planner((1.0, 2.0, 0.0)).margins([3.0]).tolist() == [1.0]  # a given cost is exact
+    assert planner((1.0, 2.0, 0.0)).margins([3.0], 1.0).tolist() == [1.0]  # a given cost is exact
+
+
+def test_the_margin_holds_until_plain_steps_like_the_batch_are_measured():
+    """A fit from drafting steps alone knows a plain step's cost only from the prior's shape, and a plan that drafts
+    by it never takes the plain step that would show it wrong: the margin shrinks with the fewer of the drafting steps
+    and the plain steps of the batch's rows measured, so such a batch takes plain steps until those are measured."""
+    plans, margins = {}, {}
+    for plain_steps, plain_rows in ((0, 1), (4, 1), (16, 1), (64, 1), (64, 4)):
+        plan = measured_planner(64, 3, plain_steps, plain_rows)
+        key = plain_steps, plain_rows
+        plans[key], margins[key] = plan.plan(["a"], [8]).tolist(), plan.margins([3.0], 1.0)[0]
+    assert plans == {(0, 1): [0], (4, 1): [0], (16, 1): [2], (64, 1): [2], (64, 4): [0]}
+    assert margins[0, 1] == margins[4, 1] == margins[64, 4] == WidthPlanner.DRAFTING_MARGIN
+    assert abs(margins[16, 1] - 1.075) < 1e-9 and abs(margins[64, 1] - 1.0375) < 1e-9
+
+
+def measured_planner(drafting_steps: int, drafting_rows: int, plain_steps: int, plain_rows: int = 1) -> WidthPlanner:
+    """A planner whose cost was measured exactly as its prior says (a second and two a row), from `drafting_steps`
+    of `drafting_rows` and `plain_steps` of `plain_rows`, for one request accepting 2 drafts a step."""
+    cost = StepCost(prior=(1.0, 2.0, 0.0))
+    for rows, drafting, steps in ((drafting_rows, 1, drafting_steps), (plain_rows, 0, plain_steps)):
+        for _ in range(steps):
+            cost.observe(rows, drafting, 1.0 + 2.0 * rows)
+    plan = WidthPlanner(8, Shape(), cost)
+    accepting(plan, ["a"], [2])
+    return plan
 
 
 def test_the_prior_that_stands_in_for_a_measured_cost_gets_the_margin():
@@ -366,3 +387,25 @@ def test_drafts_not_iterated_are_not_learnt_from():
     assert (plan.acceptance.rates(["a"]) == before).all()
     plan.record(["a"], [4], [0], iterated=[True])
     assert plan.acceptance.rates(["a"])[0, 0] < before[0, 0]
+
+
+def test_jacobis_shape_prices_the_rows_its_forward_carries():
+    """Recycled candidates ride beside the drafts only as `branches` (up to `verification_size` of them, priced full);
+    `linear` recycling puts the newest in the drafts' place, and a forward capped at w drafts carries 1 + w rows: a
+    shape priced for branches there made every draft cost five rows, and SGLang's planner held Jacobi at plain steps."""
+    from parallel_decoding.common.decoder import Limits
+    from parallel_decoding.common.jacobi import JacobiConfig, JacobiDecoder
+    from parallel_decoding.common.sampling import SamplingParams
+
+    for recycling, pool_size in (("linear", 4), ("branches", 4), ("branches", 0)):
+        config = JacobiConfig(block_size=8, pool_size=pool_size, verification_size=4, recycling=recycling)
+        decoder = JacobiDecoder.resume([1, 2, 3, 4, 5], SamplingParams(), Limits(32), config)
+        decoder.pool.extend([[5, 6, 7, 8, 9, 10, 11, 12, 13], [5, 9, 9, 9, 9, 9, 9, 9, 9]] if pool_size else [])
+        shape = config.shape(uniform=True)
+        for width in (0, 3, 8):
+            decoder.cap(width)
+            rows = len(decoder.plan().token_ids) - (decoder.num_tokens - decoder.cache_len - 1)  # the seed's on
+            if recycling == "branches" and pool_size:
+                assert 1 + width < rows <= shape.rows(width) or width == 0
+            else:
+                assert rows == shape.rows(width) == 1 + width, (recycling, pool_size, width, rows)
