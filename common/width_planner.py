@@ -15,7 +15,7 @@ several threads, costs ten (0.6 ms a step at batch 1 on the 2-core CPU, measured
 import time
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -38,14 +38,15 @@ class Shape:
     per drafting request (linear `diffusion_self`); `mask_slots`, the next step's w drafts drawn from w + 1 mask
     slots in the verify forward itself, 2 (w + 1) rows (`wedlm_spec`); `quadratic`, w drafts cost (w + 1)(w + 3)
     rows in one forward (quadratic `diffusion_self`: a chain of w + 1, a group of w + 2 per chain token; the chain
-    alone at w = 0); `branches`, up to that many branches of w drafts beside the main ones in the same forward,
-    1 + (1 + branches) w rows (Jacobi's rejection recycling, counted full); `uniform`, every request forwards the
+    alone at w = 0); `branches`, that many branches of w drafts on average beside the main ones in the same forward,
+    1 + (1 + branches) w rows (Jacobi's rejection recycling: as many as its pool has candidates for, measured by
+    `WidthPlanner.branched`); `uniform`, every request forwards the
     batch's widest window (an engine whose verify layout is rectangular, SGLang's)."""
 
     extra_forward: bool = False
     mask_slots: bool = False
     quadratic: bool = False
-    branches: int = 0
+    branches: float = 0.0
     uniform: bool = False
 
     def rows(self, widths: Any) -> np.ndarray:
@@ -279,18 +280,31 @@ class WidthPlanner:
     # those measured (a batch's tail drafting for several requests after its first drafted alone) keeps it.
     DRAFTING_MARGIN = 1.15
     MARGIN_SETTLED = 4
+    BRANCHES_DECAY = 0.95
 
     def __init__(self, max_width: int, shape: Shape = Shape(), cost: StepCost | None = None,
                  acceptance: AcceptanceTable | None = None) -> None:
         require(isinstance(max_width, int) and max_width >= 1, "max_width", "a positive integer", max_width)
         self.max_width = max_width
         self.shape = shape
+        self.branches = shape.branches  # the branches' measured mean (`branched`)
         self.cost = cost or StepCost()
         self.acceptance = acceptance or AcceptanceTable(max_width)
         self.stats = PlannerStats()
         self.marginal_rows = np.diff(shape.rows(np.arange(max_width + 1)))  # rows each draft position adds
         self._last: tuple[tuple, np.ndarray, int, int] | None = None  # inputs, widths, AR step, drafts
         self._ticked = False  # whether this step's tick is done (`plain_again`)
+
+    def branched(self, counts: list[int]) -> None:
+        """The recycled branches each drafting request's forward carried this step (a `Shape` with `branches`): their
+        mean over recent drafting requests (`BRANCHES_DECAY` a request) prices the next plans' branches, reshaped
+        where it moved by a quarter of a branch (a plan is redone only then)."""
+        for count in counts:
+            self.branches += (1.0 - self.BRANCHES_DECAY) * (count - self.branches)
+        if abs(self.branches - self.shape.branches) >= 0.25:
+            self.shape = replace(self.shape, branches=self.branches)
+            self.marginal_rows = np.diff(self.shape.rows(np.arange(self.max_width + 1)))
+            self._last = None
 
     def plan(self, keys: list[str], limits: torch.Tensor | list[int], seeded: list[bool] | None = None
              ) -> torch.Tensor:

@@ -98,6 +98,7 @@ class CommitWorker(PluginWorker):
         super().__init__(*args, **kwargs)
         self.paused_steps = 0  # decode steps run as SGLang's AR step, every request's decoder paused
         self.planner = None
+        self.branching = isinstance(self.config, JacobiConfig) and bool(self.config.shape().branches)
         if getattr(self.config, "mode", None) == "quadratic":
             self.planner = planner_for(self.config, self.config.num_speculative_tokens,
                                        Shape(quadratic=True, uniform=True))
@@ -135,6 +136,8 @@ class CommitWorker(PluginWorker):
             if state is not None and state.paused:
                 state.wake(req)
         width = self.step(batch, states)
+        if self.planner is not None and self.branching:
+            self.planner.branched([decoder.branches_planned for _, decoder in planned if decoder.draft_cap])
         committed = [state.emittable(len(req.output_ids)) for req, state in zip(batch.reqs, states, strict=True)]
         logprobs = emitted_logprobs(batch.reqs, states, committed)
         self.observe(len(states) * width, 1, started)  # drafting: the windows' path, not SGLang's decode step

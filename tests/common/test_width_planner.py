@@ -390,7 +390,7 @@ def test_drafts_not_iterated_are_not_learnt_from():
 
 
 def test_jacobis_shape_prices_the_rows_its_forward_carries():
-    """Recycled candidates ride beside the drafts only as `branches` (up to `verification_size` of them, priced full);
+    """Recycled candidates ride beside the drafts only as `branches` (up to `verification_size` of them);
     `linear` recycling puts the newest in the drafts' place, and a forward capped at w drafts carries 1 + w rows: a
     shape priced for branches there made every draft cost five rows, and SGLang's planner held Jacobi at plain steps."""
     from parallel_decoding.common.decoder import Limits
@@ -406,6 +406,18 @@ def test_jacobis_shape_prices_the_rows_its_forward_carries():
             decoder.cap(width)
             rows = len(decoder.plan().token_ids) - (decoder.num_tokens - decoder.cache_len - 1)  # the seed's on
             if recycling == "branches" and pool_size:
-                assert 1 + width < rows <= shape.rows(width) or width == 0
+                assert rows == 1 + width + decoder.branches_planned * width and (decoder.branches_planned or not width)
             else:
                 assert rows == shape.rows(width) == 1 + width, (recycling, pool_size, width, rows)
+
+
+def test_the_branches_a_forward_carries_are_measured():
+    """Jacobi's recycled branches are priced as many as drafting forwards carried on average (`branched`): where they
+    carry one, the planner drafts where priced at the most (four) it would not, and stops again once they carry four."""
+    plan = WidthPlanner(8, Shape(branches=4.0, uniform=True), StepCost((1.0, 0.2, 0.0)))
+    accepting(plan, ["a"], [6])
+    assert plan.plan(["a"], [8]).tolist() == [0]
+    plan.branched([1] * 60)
+    assert abs(plan.shape.branches - 1.0) < 0.25 and plan.plan(["a"], [8]).tolist() == [6]
+    plan.branched([4] * 60)
+    assert plan.shape.branches > 3.5 and plan.plan(["a"], [8]).tolist() == [0]
