@@ -422,10 +422,13 @@ class WidthPlanner:
     def describe(self) -> dict[str, float]:
         """What the planner chose and the cost model it chose by, for logs, metrics and the bench."""
         base, per_row, per_drafting = self.cost.coefficients
-        return {"steps": self.stats.steps, "ar_share": round(self.stats.ar_share, 4),
-                "drafts_per_step": round(self.stats.drafts / max(self.stats.steps, 1), 3),
-                "step_ms": round(1e3 * base, 3), "row_ms": round(1e3 * per_row, 4),
-                "drafting_step_ms": round(1e3 * per_drafting, 3), "measured_steps": len(self.cost.steps)}
+        described = {"steps": self.stats.steps, "ar_share": round(self.stats.ar_share, 4),
+                     "drafts_per_step": round(self.stats.drafts / max(self.stats.steps, 1), 3),
+                     "step_ms": round(1e3 * base, 3), "row_ms": round(1e3 * per_row, 4),
+                     "drafting_step_ms": round(1e3 * per_drafting, 3), "measured_steps": len(self.cost.steps)}
+        if self.shape.branches or self.branches:
+            described["branches"] = round(self.branches, 3)  # the recycled branches a drafting forward carries
+        return described
 
     def record(self, keys: list[str], verified: torch.Tensor | list[int], accepted: torch.Tensor | list[int],
                iterated: list[bool] | None = None) -> None:

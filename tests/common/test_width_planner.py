@@ -421,3 +421,5 @@ def test_the_branches_a_forward_carries_are_measured():
     assert abs(plan.shape.branches - 1.0) < 0.25 and plan.plan(["a"], [8]).tolist() == [6]
     plan.branched([4] * 60)
     assert plan.shape.branches > 3.5 and plan.plan(["a"], [8]).tolist() == [0]
+    assert plan.describe()["branches"] == round(plan.branches, 3)
+    assert "branches" not in planner((1.0, 0.0, 0.0)).describe()
