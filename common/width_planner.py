@@ -426,7 +426,7 @@ class WidthPlanner:
                      "drafts_per_step": round(self.stats.drafts / max(self.stats.steps, 1), 3),
                      "step_ms": round(1e3 * base, 3), "row_ms": round(1e3 * per_row, 4),
                      "drafting_step_ms": round(1e3 * per_drafting, 3), "measured_steps": len(self.cost.steps)}
-        if self.shape.branches or self.branches:
+        if self.branches:
             described["branches"] = round(self.branches, 3)  # the recycled branches a drafting forward carries
         return described
 

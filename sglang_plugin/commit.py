@@ -98,13 +98,14 @@ class CommitWorker(PluginWorker):
         super().__init__(*args, **kwargs)
         self.paused_steps = 0  # decode steps run as SGLang's AR step, every request's decoder paused
         self.planner = None
-        self.branching = isinstance(self.config, JacobiConfig) and bool(self.config.shape().branches)
+        self.branching = False  # whether its forwards carry recycled branches, whose count the planner measures
         if getattr(self.config, "mode", None) == "quadratic":
             self.planner = planner_for(self.config, self.config.num_speculative_tokens,
                                        Shape(quadratic=True, uniform=True))
         elif isinstance(self.config, JacobiConfig):
-            self.planner = planner_for(self.config, self.config.block_size * self.config.num_blocks,
-                                       self.config.shape(uniform=True))
+            shape = self.config.shape(uniform=True)
+            self.planner = planner_for(self.config, self.config.block_size * self.config.num_blocks, shape)
+            self.branching = self.planner is not None and shape.branches > 0
 
     def dropped(self, rid: str) -> None:
         if self.planner is not None:
@@ -136,7 +137,7 @@ class CommitWorker(PluginWorker):
             if state is not None and state.paused:
                 state.wake(req)
         width = self.step(batch, states)
-        if self.planner is not None and self.branching:
+        if self.branching:
             self.planner.branched([decoder.branches_planned for _, decoder in planned if decoder.draft_cap])
         committed = [state.emittable(len(req.output_ids)) for req, state in zip(batch.reqs, states, strict=True)]
         logprobs = emitted_logprobs(batch.reqs, states, committed)
