@@ -67,12 +67,15 @@ class StepCost:
     forward (`PRIOR`), a quarter of one without (`PRIOR_ONE_FORWARD`). `fixed` coefficients are used as given and
     never refitted (tests, reproducing a run), and taken as `exact` unless told otherwise (the prior standing in for
     a measured cost is a guess, not a measurement). The fit is redone as steps come in, every `REFIT_EVERY` of them once
-    there are enough (a step's planning should cost next to nothing beside a GPU's forward)."""
+    there are enough (a step's planning should cost next to nothing beside a GPU's forward), and at once after a step
+    of a kind (plain or drafting) of whose rows it has fewer than `SCARCE` behind it: such a step is what the plan
+    waits for (`WidthPlanner.PLAIN_PROBES`)."""
 
     PRIOR = (1.0, 0.025, 1.0)  # base, per row, per drafting step; in units of the base
     PRIOR_ONE_FORWARD = (1.0, 0.025, 0.25)
     REFIT_EVERY = 16
     SIMILAR = 1.5
+    SCARCE = 4
 
     def __init__(self, fixed: tuple[float, float, float] | None = None, window: int = 128,
                  prior_weight: float = 4.0, prior: tuple[float, float, float] = PRIOR, exact: bool | None = None
@@ -89,9 +92,10 @@ class StepCost:
     def observe(self, rows: int, drafting: int, seconds: float) -> None:
         """One step that forwarded `rows` in all, verifying drafts or not (`drafting`), took `seconds`."""
         if self.fixed is None and rows > 0 and seconds > 0:
+            scarce = self._fit is not None and self.support(rows, bool(drafting)) < self.SCARCE
             self.steps.append((float(rows), float(drafting), seconds))
             self.unfitted += 1
-            if 2 * self.unfitted >= min(len(self.steps), 2 * self.REFIT_EVERY):
+            if scarce or 2 * self.unfitted >= min(len(self.steps), 2 * self.REFIT_EVERY):
                 self._fit = None
 
     @property
@@ -280,6 +284,12 @@ class WidthPlanner:
     # those measured (a batch's tail drafting for several requests after its first drafted alone) keeps it.
     DRAFTING_MARGIN = 1.15
     MARGIN_SETTLED = 4
+    # Where the cost is measured, a step drafts only once the fit has measured this many plain steps of about the
+    # batch's rows (the plan takes them first): a fit from drafting steps alone prices a plain step by the prior's
+    # shape, which a margin cannot cover (SmolLM2 in SGLang at batch 1, 2026-11-30: a plain step priced at 100 ms
+    # where it took 73 while two requests drafted every step; the next request then drafted 22 of its 23 steps at
+    # 0.92x a plain step's tokens per second, each plan expecting 1.3-1.7x).
+    PLAIN_PROBES = 4
     BRANCHES_DECAY = 0.95
 
     def __init__(self, max_width: int, shape: Shape = Shape(), cost: StepCost | None = None,
@@ -404,10 +414,14 @@ class WidthPlanner:
 
     def _best(self, rates: np.ndarray, rows: np.ndarray) -> int:
         """The index of the best of `rates` (tokens per second of steps of `rows`; index 0 the plain step), each
-        drafting step's discounted by its margin; the first of equal ones (the fewest rows)."""
+        drafting step's discounted by its margin; the first of equal ones (the fewest rows). The plain step while
+        the measured cost has seen fewer than `PLAIN_PROBES` like it."""
         margins = self.margins(rows, float(rows[0]))
         margins[0] = 1.0
-        return int(np.argmax(rates / margins))
+        best = int(np.argmax(rates / margins))
+        if best and self.cost.fixed is None and self.cost.support(rows[0], drafting=False) < self.PLAIN_PROBES:
+            return 0
+        return best
 
     def observe(self, rows: int, drafting: int, seconds: float) -> dict[str, float] | None:
         """A measured step for the cost model (`StepCost.observe`); `describe()` when a report is due (every

@@ -58,7 +58,9 @@ def test_a_step_drafts_only_where_it_beats_a_plain_one_by_the_margin():
     for fixed in (True, False):
         for per_row in (0.5, 1.0, 2.0):  # one request accepting 2 drafts of 8
             cost = (1.0, per_row, 0.0)
-            plan = WidthPlanner(8, Shape(), StepCost(cost) if fixed else StepCost(prior=cost))  # measured, unfitted
+            plan = WidthPlanner(8, Shape(), StepCost(cost) if fixed else StepCost(prior=cost))
+            for _ in range(WidthPlanner.PLAIN_PROBES):  # measured: plain steps as the prior says, the plan's probes
+                plan.observe(1, 0, 1.0 + per_row)
             accepting(plan, ["a"], [2])
             plans[fixed, per_row] = plan.plan(["a"], [8]).tolist()
     # its 2 drafts' expected tokens per second over a plain step's: 1.56x, 1.30x, 1.07x
@@ -202,8 +204,8 @@ def test_one_width_seen_leaves_the_slope_to_the_prior():
 
 
 def test_the_fit_is_redone_every_few_steps_and_follows_a_change(monkeypatch):
-    """Planned every step, the cost model is fitted after 1, 2, 4, 8 and then every 16 new steps, not every step, and
-    still follows the machine when its steps get slower."""
+    """Planned every step, the cost model is fitted after each of its first steps of a kind (`StepCost.SCARCE`),
+    then every 16 new steps, not every step, and still follows the machine when its steps get slower."""
     cost = StepCost()
     fits = []
     fitted = cost.fitted
@@ -211,9 +213,9 @@ def test_the_fit_is_redone_every_few_steps_and_follows_a_change(monkeypatch):
     for step in range(96):
         cost.observe(8 + step % 8, 0, (0.050 if step < 48 else 0.100) + 0.001 * (step % 8))
         cost.predict(torch.tensor(8.0), torch.tensor(0.0))  # a plan reads the fit
-    assert fits[:5] == [1, 2, 4, 8, 16] and all(b - a == 16 for a, b in pairwise(fits[4:]))
+    assert fits[:4] == [1, 2, 3, 4] and len(fits) == 11 and all(b - a == 16 for a, b in pairwise(fits[-5:]))
     base, per_row, _ = cost.coefficients
-    assert base + 8 * per_row > 0.075  # the slower half is in the last fit
+    assert base + 8 * per_row > 0.07  # the slower half is in the last fit (the faster half's steps: 0.050-0.057)
 
 
 def test_fixed_costs_are_not_refitted():
@@ -423,3 +425,20 @@ def test_the_branches_a_forward_carries_are_measured():
     assert plan.shape.branches > 3.5 and plan.plan(["a"], [8]).tolist() == [0]
     assert plan.describe()["branches"] == round(plan.branches, 3)
     assert "branches" not in planner((1.0, 0.0, 0.0)).describe()
+
+
+def test_a_step_drafts_only_once_plain_steps_like_the_batch_are_measured():
+    """A fit from drafting steps alone prices a plain step by the prior's shape, wrong by more than any margin (here
+    the plain step costs half what the shape says): the plan takes `PLAIN_PROBES` plain steps first, each refitting
+    the cost at once, and then drafts only where drafting pays by the measured plain step."""
+    for plain_seconds, drafts in ((1.0, 0), (3.0, 8)):  # drafting steps cost 4 s: 4 plain steps' worth, or 1.33
+        cost = StepCost(prior=(1.0, 0.0, 1.0))
+        for _ in range(64):
+            cost.observe(9, 1, 4.0)  # the shape says a plain step costs 2 s
+        plan = WidthPlanner(8, Shape(extra_forward=True), cost)
+        accepting(plan, ["a"], [3])  # 4 tokens a drafting step
+        widths = []
+        for _ in range(WidthPlanner.PLAIN_PROBES + 2):
+            widths.append(int(plan.plan(["a"], [8])[0]))
+            plan.observe(1 + widths[-1], int(widths[-1] > 0), 4.0 if widths[-1] else plain_seconds)
+        assert widths == [0] * WidthPlanner.PLAIN_PROBES + [drafts] * 2, (plain_seconds, widths)
