@@ -403,8 +403,9 @@ class WidthPlanner:
         drafting steps of about as many rows and the measured plain steps of about `plain_rows`; 1 under an exact
         cost). The plain steps count too: a fit from drafting steps alone (batch 1, where nearly every step drafts)
         knows what a plain step costs only from the prior's shape, and where that is wrong, drafting looks better
-        than it is and the plain step that would show it is never taken (SGLang's quadratic `diffusion_self` on
-        SmolLM2, 2026-11-30: drafting in 93% of its steps at 0.91x AR, its fit's plain step 1.6x the measured one)."""
+        than it is, and but for the plain steps a plan takes first (`PLAIN_PROBES`) the plain step that would show it
+        is never taken (SGLang's quadratic `diffusion_self` on SmolLM2, 2026-11-30: drafting in 93% of its steps at
+        0.91x AR, its fit's plain step 1.6x the measured one)."""
         rows = np.asarray(rows, dtype=np.float64)
         if self.cost.exact:
             return np.ones(rows.shape)
