@@ -428,9 +428,9 @@ def test_the_branches_a_forward_carries_are_measured():
 
 
 def test_a_step_drafts_only_once_plain_steps_like_the_batch_are_measured():
-    """A fit from drafting steps alone prices a plain step by the prior's shape, wrong by more than any margin (here
-    the plain step costs half what the shape says): the plan takes `PLAIN_PROBES` plain steps first, each refitting
-    the cost at once, and then drafts only where drafting pays by the measured plain step."""
+    """A fit from drafting steps alone prices a plain step by the prior's shape, wrong by more than any margin (the
+    shape says 2 s; it takes 1 s, then 3 s): the plan takes `PLAIN_PROBES` plain steps first, each refitting the cost
+    at once, and then drafts only where drafting pays by the measured plain step."""
     for plain_seconds, drafts in ((1.0, 0), (3.0, 8)):  # drafting steps cost 4 s: 4 plain steps' worth, or 1.33
         cost = StepCost(prior=(1.0, 0.0, 1.0))
         for _ in range(64):
