@@ -3,11 +3,12 @@ prompts answered with AR, with a parallel decoder and with vLLM's own `ngram` at
 setup, side by side: answers, tokens per forward, tokens/s, speedup over AR at batch 1 and batch 8.
 
 Fetches and converts the model once (`scripts.smollm2`), starts the three servers (bf16) and keeps them up at once,
-then in three rounds over them, each round in a rotated order, sends the chat prompts through the chat completions
-endpoint one at a time (batch 1) and all at once (batch 8) with the `openai` client, greedy: each server's tokens/s
-is the median of its rounds, as the machine's pace drifts over minutes. Reads vLLM's own speculative-decoding
-metrics. `--model tiny` serves a shipped tiny checkpoint trained for the method instead (`scripts.trained_models`,
-plain-text prompts).
+then in rounds over them, each round in a rotated order, sends the chat prompts through the chat completions
+endpoint one at a time (batch 1, three rounds) and all at once (batch 8, seven rounds) with the `openai` client,
+greedy: each server's tokens/s is the median of its rounds, and its speedup the median of its rounds' ratios to AR's
+in the same round, as the machine's pace drifts over minutes (within a round the servers run seconds apart). Reads
+vLLM's own speculative-decoding metrics. `--model tiny` serves a shipped tiny checkpoint trained for the method
+instead (`scripts.trained_models`, plain-text prompts).
 
     python -m scripts.serve_demo [--method diffusion_self] [--model smollm2|tiny] [--max-tokens 96]
 """
@@ -61,6 +62,7 @@ class Run:
     label: str
     texts: list[str] = field(default_factory=list)
     tokens_per_second: dict[int, float] = field(default_factory=dict)
+    rounds: dict[int, list[float]] = field(default_factory=dict)  # tokens/s of each round, per batch size
     tokens_per_forward: float = 1.0  # at batch 1
     drafting: dict[int, float] = field(default_factory=dict)  # share of request steps that drafted, per batch size
 
@@ -71,7 +73,14 @@ def answer(response) -> str:
     return choice.message.content if hasattr(choice, "message") else choice.text
 
 
-ROUNDS = 3  # rounds over the servers, in turn; each server's tokens/s is the median of its rounds
+# Rounds over the servers, in turn, per batch: batch 8's rounds take seconds and this VM's pace moves by 10-30% over a
+# minute (the main job's batch 8 on SmolLM2, 2026-12-01: one server's rounds from 100 to 150 tok/s), so it gets more.
+ROUNDS, BATCH_ROUNDS = 3, 7
+
+
+def speedup(run: Run, ar: Run, size: int) -> float:
+    """The median of a run's rounds' ratios to AR's rounds at `size` (each pair seconds apart)."""
+    return statistics.median(r / a for r, a in zip(run.rounds[size], ar.rounds[size], strict=True))
 
 
 @dataclass
@@ -86,8 +95,8 @@ class Server:
 
 def measure(servers: list[Server], prompts: list, max_tokens: int) -> None:
     """Every server's answers and tokens/s at batch 1 (the prompts one at a time) and batch len(prompts) (all at
-    once): `ROUNDS` rounds over the servers up at once, each round in a rotated order, so that what slows the machine
-    for a while slows each alike; prompts are chats (message lists) or texts."""
+    once): `ROUNDS` and `BATCH_ROUNDS` rounds over the servers up at once, each round in a rotated order, so that what
+    slows the machine for a while slows each alike; prompts are chats (message lists) or texts."""
 
     def complete(client, prompt):
         if isinstance(prompt, str):
@@ -103,7 +112,7 @@ def measure(servers: list[Server], prompts: list, max_tokens: int) -> None:
             before = [metrics(server.client) for server in servers]
             speeds: list[list[float]] = [[] for _ in servers]
             tokens = [0 for _ in servers]
-            for round_ in range(ROUNDS):
+            for round_ in range(ROUNDS if size == 1 else BATCH_ROUNDS):
                 for i in [(round_ + k) % len(servers) for k in range(len(servers))]:
                     start = time.perf_counter()
                     answers = answer_all(servers[i].client)
@@ -115,6 +124,7 @@ def measure(servers: list[Server], prompts: list, max_tokens: int) -> None:
                         servers[i].run.texts = [answer(a) for a in answers]
             for server, was, speed, produced in zip(servers, before, speeds, tokens, strict=True):
                 server.run.tokens_per_second[size] = statistics.median(speed)
+                server.run.rounds[size] = speed
                 now = metrics(server.client)
                 drafts, accepted = (counted(now, name) - counted(was, name) for name in (
                     "vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_accepted_tokens_total"))
@@ -171,7 +181,7 @@ def main() -> None:
           f"{'drafted b=1':>12} {'drafted b=8':>12}")
     for run in runs:
         sizes = (1, len(prompts))
-        speed = [run.tokens_per_second[b] / ar.tokens_per_second[b] for b in sizes]
+        speed = [speedup(run, ar, b) for b in sizes]
         print(f"{run.label:<16} {run.tokens_per_forward:>8.2f} {run.tokens_per_second[1]:>10.1f} "
               f"{run.tokens_per_second[len(prompts)]:>10.1f} {speed[0]:>11.2f}x {speed[1]:>11.2f}x "
               + " ".join(f"{run.drafting[b]:>12.0%}" for b in sizes))
