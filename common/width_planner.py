@@ -12,6 +12,7 @@ forward, and numpy's operation costs about a microsecond where torch's, in a ser
 several threads, costs ten (0.6 ms a step at batch 1 on the 2-core CPU, measured: docs/adaptive-widths.md).
 """
 
+import statistics
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -141,6 +142,32 @@ class StepCost:
         solution = np.linalg.lstsq(design * root, target[:, None] * root, rcond=None)[0][:, 0]
         base = max(float(solution[0]), 1e-3 * scale)
         return base, max(float(solution[1]), 0.0), max(float(solution[2]), 0.0)
+
+
+class StepGap:
+    """What a decode step costs outside the part an engine's hooks time: the engine's own scheduling, its output
+    processing and the hand-over between its processes, from one step's end to the next one's start where the batch
+    runs on (the same requests in the same order, so the engine waited for none): the median of the last `window` such
+    gaps. A plan that prices the timed part alone undercounts a step's fixed cost, hence what the tokens of a wider
+    step save (vLLM, tiny NLD checkpoint, batch 1, 2026-12-01: AR's step took 4.7 ms a token end to end, the fit's
+    plain step 3.9 ms; quadratic `diffusion_self` held at plain steps in 89% of its steps ran 0.96x AR where its fixed
+    width ran 1.05x)."""
+
+    def __init__(self, window: int = 32) -> None:
+        self.gaps: deque[float] = deque(maxlen=window)
+        self.seconds = 0.0  # the median gap
+        self._ended: tuple[float, tuple[str, ...]] | None = None  # the last measured step's end and batch
+
+    def began(self, keys: Sequence[str]) -> None:
+        """A step of the requests `keys` begins."""
+        ended, self._ended = self._ended, None
+        if ended is not None and tuple(keys) == ended[1]:
+            self.gaps.append(time.perf_counter() - ended[0])
+            self.seconds = statistics.median(self.gaps)
+
+    def ended(self, keys: Sequence[str]) -> None:
+        """A measured decode step of the requests `keys` ends."""
+        self._ended = time.perf_counter(), tuple(keys)
 
 
 class AcceptanceTable:
@@ -301,6 +328,7 @@ class WidthPlanner:
         self.cost = cost or StepCost()
         self.acceptance = acceptance or AcceptanceTable(max_width)
         self.stats = PlannerStats()
+        self.gap = StepGap()
         self.marginal_rows = np.diff(shape.rows(np.arange(max_width + 1)))  # rows each draft position adds
         self._last: tuple[tuple, np.ndarray, int, int] | None = None  # inputs, widths, AR step, drafts
         self._ticked = False  # whether this step's tick is done (`plain_again`)
@@ -424,10 +452,18 @@ class WidthPlanner:
             return 0
         return best
 
-    def observe(self, rows: int, drafting: int, seconds: float) -> dict[str, float] | None:
-        """A measured step for the cost model (`StepCost.observe`); `describe()` when a report is due (every
-        `REPORT_EVERY_S`), for the engine's log."""
-        self.cost.observe(rows, drafting, seconds)
+    def began(self, keys: Sequence[str]) -> None:
+        """A step of the requests `keys` begins (`StepGap`; an engine's hook, at every step)."""
+        self.gap.began(keys)
+
+    def observe(self, rows: int, drafting: int, seconds: float, keys: Sequence[str] | None = None
+                ) -> dict[str, float] | None:
+        """A measured decode step of the requests `keys` for the cost model (`StepCost.observe`), its timed `seconds`
+        and what such a step costs outside them (`StepGap`, where the engine tells `began` and `keys`); `describe()`
+        when a report is due (every `REPORT_EVERY_S`), for the engine's log."""
+        self.cost.observe(rows, drafting, seconds + self.gap.seconds)
+        if keys is not None:
+            self.gap.ended(keys)
         now = time.monotonic()
         if now - self.reported < REPORT_EVERY_S:
             return None
@@ -440,7 +476,8 @@ class WidthPlanner:
         described = {"steps": self.stats.steps, "ar_share": round(self.stats.ar_share, 4),
                      "drafts_per_step": round(self.stats.drafts / max(self.stats.steps, 1), 3),
                      "step_ms": round(1e3 * base, 3), "row_ms": round(1e3 * per_row, 4),
-                     "drafting_step_ms": round(1e3 * per_drafting, 3), "measured_steps": len(self.cost.steps)}
+                     "drafting_step_ms": round(1e3 * per_drafting, 3), "measured_steps": len(self.cost.steps),
+                     "outside_ms": round(1e3 * self.gap.seconds, 3)}
         if self.branches:
             described["branches"] = round(self.branches, 3)  # the recycled branches a drafting forward carries
         return described

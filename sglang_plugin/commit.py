@@ -12,7 +12,6 @@ pool has (KV written in scratch slots, or never written). Those rows are recompu
 window (`common.window.after_rows`), and a token is handed to SGLang only once the KV before it is in the pool.
 """
 
-import time
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
@@ -119,8 +118,8 @@ class CommitWorker(PluginWorker):
         if not batch.forward_mode.is_decode():
             self.steady_batch = None
             return self.prefill(batch, on_publish)
-        started = time.perf_counter()
         rids = [req.rid for req in batch.reqs]
+        started = self.begin(rids)
         if self.steady(rids):  # the batch the last step paused, its decoders' limits as planned
             self.paused_steps += 1
             return self.plain_step(batch, on_publish, started)

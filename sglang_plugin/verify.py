@@ -8,7 +8,6 @@ its first token with its own generator (`prefill`). Which drafts a request carri
 planner's (`common.width_planner`: one width for the batch, SGLang's verify window being rectangular).
 """
 
-import time
 from typing import Any
 
 import torch
@@ -85,10 +84,10 @@ class VerifyWorker(PluginWorker):
         if not batch.forward_mode.is_decode():
             self.steady_batch = None
             return self.prefill(batch, on_publish)
-        started = time.perf_counter()
+        rids = [req.rid for req in batch.reqs]
+        started = self.begin(rids)
         states = [self.state(req) for req in batch.reqs]
         limits = self.drafter.limits(batch.reqs, states)
-        rids = [req.rid for req in batch.reqs]
         if self.steady(rids, limits):  # limits shrink as requests near max_new_tokens
             self.drafter.paused_request_steps += len(rids) if self.drafter.pauses else 0
             return self.plain_step(batch, on_publish, started)

@@ -85,6 +85,7 @@ class PluginWorker(BaseSpecWorker):
     planner: Any = None  # the mode's width planner (`common.width_planner`), None where it does not adapt
     steady_batch: list[str] | None = None  # the last plain step's requests, while each needs no per-request work
     steady_steps = 0  # plain steps run as a steady batch (`steady`)
+    step_rids: list[str] | None = None  # the decode step's requests (`begin`)
 
     def __init__(self, server_args: Any, gpu_id: int, nccl_port: int, target_worker: Any, **_: Any) -> None:
         super().__init__()
@@ -169,10 +170,18 @@ class PluginWorker(BaseSpecWorker):
         accept_lens = torch.ones(len(tokens), dtype=torch.int32, device=self.device)
         return self.runs_result(batch, tokens, accept_lens, 1, on_publish, None)
 
+    def begin(self, rids: list[str]) -> float:
+        """A decode step of the requests `rids` begins: told to the planner (`common.width_planner.StepGap`); its
+        start time."""
+        if self.planner is not None:
+            self.planner.began(rids)
+        self.step_rids = rids
+        return time.perf_counter()
+
     def observe(self, rows: int, drafting: int, started: float) -> None:
         """The step's rows and measured time to the planner's cost model (logged now and then)."""
         if self.planner is not None:
-            report = self.planner.observe(rows, drafting, time.perf_counter() - started)
+            report = self.planner.observe(rows, drafting, time.perf_counter() - started, self.step_rids)
             if report is not None:
                 logger.info("parallel-decoding width planner (%s): %s", self.mode, report)
 

@@ -69,6 +69,8 @@ class PluginProposer(runner_hooks.Hooked):
 
     def begin_step(self, runner: Any, scheduler_output: Any) -> None:
         self.step_started = time.perf_counter()
+        if self.planner is not None:
+            self.planner.began(list(scheduler_output.num_scheduled_tokens))  # `StepGap`
 
     def widths(self, runner: Any, scheduler_output: Any, sampled_token_ids: list[list[int]], limits: list[int],
                iterated: list[bool] | None = None) -> list[int]:
@@ -119,7 +121,7 @@ class PluginProposer(runner_hooks.Hooked):
             return  # a prefill step
         drafting = draft_rows > 0 or any(spec.values())
         report = self.planner.observe(scheduler_output.total_num_scheduled_tokens + draft_rows, int(drafting),
-                                      time.perf_counter() - started)
+                                      time.perf_counter() - started, list(scheduler_output.num_scheduled_tokens))
         if report is not None:
             logger.info("parallel-decoding width planner (%s): %s", self.method, report)
 

@@ -3,6 +3,7 @@ acceptance, deterministically; its cost model recovers a step's cost from measur
 
 from itertools import pairwise
 
+import pytest
 import torch
 
 from parallel_decoding.common.width_planner import AcceptanceTable, Shape, StepCost, WidthPlanner
@@ -216,6 +217,30 @@ def test_the_fit_is_redone_every_few_steps_and_follows_a_change(monkeypatch):
     assert fits[:4] == [1, 2, 3, 4] and len(fits) == 11 and all(b - a == 16 for a, b in pairwise(fits[-5:]))
     base, per_row, _ = cost.coefficients
     assert base + 8 * per_row > 0.07  # the slower half is in the last fit (the faster half's steps: 0.050-0.057)
+
+
+def test_what_a_step_costs_between_steps_of_the_same_batch_is_priced(monkeypatch):
+    """The engine's own work between one decode step and the next (scheduling, output, the hand-over between its
+    processes) is part of every step's cost: the median gap from a measured step's end to the next step's start
+    where the batch runs on is added to each measured step; a step whose batch changed (a request finished or
+    joined; the engine may have waited for one) adds no gap."""
+    now = [0.0]
+    monkeypatch.setattr("parallel_decoding.common.width_planner.time.perf_counter", lambda: now[0])
+    plan = WidthPlanner(4)
+    for step in range(40):  # 3 ms timed, then 1 ms (2 ms every fourth step) before the next step of the batch
+        plan.began(["a", "b"])
+        now[0] += 0.003
+        plan.observe(2, 0, 0.003, ["a", "b"])
+        now[0] += 0.002 if step % 4 == 0 else 0.001
+    assert plan.gap.seconds == pytest.approx(0.001)
+    assert plan.cost.coefficients[0] + 2 * plan.cost.coefficients[1] == pytest.approx(0.004, rel=0.02)
+    assert plan.describe()["outside_ms"] == 1.0
+    plan.began(["a"])  # "b" finished: 30 ms since, not a gap of the batch's
+    now[0] += 0.03
+    plan.observe(1, 0, 0.003, ["a"])
+    assert plan.gap.seconds == pytest.approx(0.001) and len(plan.gap.gaps) == 32
+    plan.began(["b", "a"])  # another order: not the same batch
+    assert plan.gap.seconds == pytest.approx(0.001)
 
 
 def test_fixed_costs_are_not_refitted():
