@@ -149,9 +149,8 @@ class StepGap:
     processing and the hand-over between its processes, from one step's end to the next one's start where the batch
     runs on (the same requests in the same order, so the engine waited for none): the median of the last `window` such
     gaps. A plan that prices the timed part alone undercounts a step's fixed cost, hence what the tokens of a wider
-    step save (vLLM, tiny NLD checkpoint, batch 1, 2026-12-01: AR's step took 4.7 ms a token end to end, the fit's
-    plain step 3.9 ms; quadratic `diffusion_self` held at plain steps in 89% of its steps ran 0.96x AR where its fixed
-    width ran 1.05x)."""
+    step save (vLLM, tiny checkpoints, 2026-12-01: 0.3-1.0 ms a step beside timed steps of 3.5-5 ms; what it changed
+    in the bench is within the VM's spread, docs/adaptive-widths.md)."""
 
     def __init__(self, window: int = 32) -> None:
         self.gaps: deque[float] = deque(maxlen=window)
