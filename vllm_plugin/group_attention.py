@@ -36,10 +36,11 @@ class GroupedWindow:
 
 @dataclass(frozen=True)
 class GroupPass:
-    """Group `a` of every window that has one: its rows in the flat batch, where its KV goes for the pass, and the
-    backend's metadata (per layer name) for its bidirectional view."""
+    """Group `a` of every window that has one: its rows in the flat batch (a slice where they are one run, a lone
+    window's: views instead of copies), where its KV goes for the pass, and the backend's metadata (per layer name)
+    for its bidirectional view."""
 
-    tokens: torch.Tensor
+    tokens: torch.Tensor | slice
     slots: torch.Tensor
     metadata: dict[str, Any]
 
@@ -47,7 +48,7 @@ class GroupPass:
 @dataclass(frozen=True)
 class GroupedStep:
     passes: list[GroupPass]
-    chain_tokens: torch.Tensor
+    chain_tokens: torch.Tensor | slice
     chain_slots: torch.Tensor
 
 
@@ -55,24 +56,39 @@ _step: list[GroupedStep | None] = [None]
 
 
 def plan_step(runner: Any, windows: list[GroupedWindow]) -> GroupedStep:
-    """The passes a step's grouped windows need, last group first (one group size, the step's `k + 1`)."""
+    """The passes a step's grouped windows need, last group first (one group size, the step's `k + 1`). Every
+    pass's KV slots and the chain's come from one batched lookup; only the backend's metadata is built per pass."""
     device, size = runner.device, windows[0].group
     rows = torch.tensor([w.row for w in windows])
     cache_lens = torch.tensor([w.cache_len for w in windows], dtype=torch.int32)
     chains = torch.tensor([w.chain for w in windows], dtype=torch.int32)
     groups_start = torch.tensor([w.start + w.chain for w in windows])  # each window's first group row
     positions = torch.nn.utils.rnn.pad_sequence([w.positions.view(-1, size) for w in windows], batch_first=True)
+    depth = torch.arange(int(chains.max()) - 1, -1, -1)  # the passes' groups, last first
+    live = chains[None, :] > depth[:, None]  # [pass, window]: the window has the pass's group
+    pass_of, window_of = live.nonzero(as_tuple=True)  # pass after pass, windows in order within each
+    group = depth[pass_of]  # each (pass, window) pair's group
+    counts = live.sum(1).tolist()
+    rows_counts = [n * size for n in counts]
+    group_lens = torch.full((len(window_of),), size, dtype=torch.int32)
+    slots = window_slots(runner, torch.cat([rows[window_of], rows]), torch.cat([cache_lens[window_of] + group,
+                         cache_lens]).int(), torch.cat([group_lens, chains]))
+    tokens = ((groups_start[window_of] + group * size)[:, None] + torch.arange(size)).flatten()
+    pair_positions = positions[window_of, group].flatten()
     passes = []
-    for a in reversed(range(int(chains.max()))):
-        here = (chains > a).nonzero()[:, 0]
-        lengths = torch.full((len(here),), size, dtype=torch.int32)
-        metadata, slots = paged_metadata(runner, rows[here], cache_lens[here] + a, lengths,
-                                         positions[here, a].flatten(), causal=False)
-        tokens = (groups_start[here, None] + a * size + torch.arange(size)).flatten()
-        passes.append(GroupPass(tokens.to(device), slots, metadata))
-    starts = torch.tensor([w.start for w in windows])
-    chain_slots = window_slots(runner, rows, cache_lens, chains)
-    return GroupedStep(passes, member_rows(starts, chains)[0].to(device), chain_slots)
+    for a, here, pass_slots, pass_tokens, pass_positions in zip(
+            depth.tolist(), window_of.split(counts), slots[: len(tokens)].split(rows_counts),
+            tokens.split(rows_counts), pair_positions.split(rows_counts), strict=True):
+        metadata, _ = paged_metadata(runner, rows[here], cache_lens[here] + a, group_lens[: len(here)],
+                                     pass_positions, causal=False, slot_mapping=pass_slots)
+        first = int(pass_tokens[0])
+        passes.append(GroupPass(slice(first, first + size) if len(here) == 1 else pass_tokens.to(device), pass_slots,
+                                metadata))
+    if len(windows) == 1:
+        chain_tokens: torch.Tensor | slice = slice(windows[0].start, windows[0].start + windows[0].chain)
+    else:
+        chain_tokens = member_rows(torch.tensor([w.start for w in windows]), chains)[0].to(device)
+    return GroupedStep(passes, chain_tokens, slots[len(tokens):])
 
 
 @contextmanager
@@ -105,11 +121,16 @@ def _with_groups(impl: Any, forward: Any) -> Any:
         if step is None or attn_metadata is None:
             return output
         for group in step.passes:
-            impl.do_kv_cache_update(layer, key[group.tokens], value[group.tokens], kv_cache, group.slots)
-            attended = output.new_empty((group.tokens.numel(), *output.shape[1:]))
-            forward(layer, query[group.tokens], key[group.tokens], value[group.tokens], kv_cache,
-                    group.metadata[layer.layer_name], attended)
-            output[group.tokens] = attended
+            rows = group.tokens
+            group_key, group_value = key[rows], value[rows]
+            impl.do_kv_cache_update(layer, group_key, group_value, kv_cache, group.slots)
+            if isinstance(rows, slice):  # the backend writes the group's rows of `output` in place
+                forward(layer, query[rows], group_key, group_value, kv_cache, group.metadata[layer.layer_name],
+                        output[rows])
+                continue
+            attended = output.new_empty((rows.numel(), *output.shape[1:]))
+            forward(layer, query[rows], group_key, group_value, kv_cache, group.metadata[layer.layer_name], attended)
+            output[rows] = attended
         impl.do_kv_cache_update(layer, key[step.chain_tokens], value[step.chain_tokens], kv_cache, step.chain_slots)
         return output
 

@@ -8,9 +8,9 @@ causal or bidirectional among the window's rows, the cached prefix always visibl
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
-from parallel_decoding.common.row_stats import member_rows
 from parallel_decoding.common.window import Attention, Forward
 
 
@@ -23,36 +23,33 @@ class PagedWindow:
     forward: Forward
 
 
-def _slot_mapping(block_table: torch.Tensor, block_size: int, rows: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
-    """KV cache slot of each (row, physical position) pair through the runner's block table."""
-    blocks = block_table[rows, slots // block_size].long()
-    return blocks * block_size + slots % block_size
-
-
 def window_slots(runner: Any, rows: torch.Tensor, cache_lens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     """KV slots of windows of `lengths` rows in batch `rows`, each right after its request's `cache_lens` cached
-    tokens, which must lie in the KV blocks the request owns."""
+    tokens, which must lie in the KV blocks the request owns. Looked up on the host copy of the block table (the
+    one vLLM writes first): a few array operations and one copy to the device, where it is a step's handful."""
     if len(runner.kv_cache_config.kv_cache_groups) != 1:
         raise ValueError("parallel-decoding drafts support models with one KV cache group")
-    device = runner.device
-    token_rows = rows.repeat_interleave(lengths.long())
-    physical, _ = member_rows(cache_lens, lengths)
     table = runner.input_batch.block_table[0]
-    owned = torch.from_numpy(table.num_blocks_per_row[rows.numpy()]).long()
-    if bool(((cache_lens + lengths).long() > owned * table.block_size).any()):
+    batch_rows, lens = rows.numpy(), lengths.numpy().astype(np.int64)
+    firsts = cache_lens.numpy().astype(np.int64)
+    if bool(((firsts + lens) > table.num_blocks_per_row[batch_rows] * table.block_size).any()):
         raise RuntimeError("a window runs past the KV blocks its request owns: the scheduler reserved too few slots")
-    block_table = table.get_device_tensor(runner.input_batch.num_reqs)
-    return _slot_mapping(block_table, table.block_size, token_rows.to(device), physical.to(device))
+    physical = np.repeat(firsts - (np.cumsum(lens) - lens), lens) + np.arange(lens.sum())
+    blocks = table.get_numpy_array()[np.repeat(batch_rows, lens), physical // table.block_size].astype(np.int64)
+    return torch.from_numpy(blocks * table.block_size + physical % table.block_size).to(runner.device)
 
 
 def paged_metadata(runner: Any, rows: torch.Tensor, cache_lens: torch.Tensor, lengths: torch.Tensor,
-                   positions: torch.Tensor, causal: bool) -> tuple[dict[str, Any], torch.Tensor]:
-    """Attention metadata (per layer name) and KV slots (`window_slots`) for windows at logical `positions`
-    (flat): the metadata vLLM's own backend reads, built by the runner's builders."""
+                   positions: torch.Tensor, causal: bool, slot_mapping: torch.Tensor | None = None,
+                   ) -> tuple[dict[str, Any], torch.Tensor]:
+    """Attention metadata (per layer name) and KV slots (`window_slots`, unless the caller looked them up already)
+    for windows at logical `positions` (flat): the metadata vLLM's own backend reads, built by the runner's
+    builders."""
     from vllm.v1.attention.backend import CommonAttentionMetadata
 
     device = runner.device
-    slot_mapping = window_slots(runner, rows, cache_lens, lengths)
+    if slot_mapping is None:
+        slot_mapping = window_slots(runner, rows, cache_lens, lengths)
     seq_lens = cache_lens + lengths
     query_start_loc = torch.zeros(len(rows) + 1, dtype=torch.int32)
     query_start_loc[1:] = lengths.cumsum(0)

@@ -21,11 +21,16 @@ SPEC = {"method": "diffusion_self", "mode": "quadratic", "num_speculative_tokens
 MAX_TOKENS = 40
 
 
-@pytest.mark.parametrize("temperature", [0.0, 1.0], ids=["greedy", "sampled"])
-def test_equals_reference_cli(engine_dir, prompts, tmp_path, temperature):
-    expected, margins = reference(engine_dir["qwen3"], SPEC, prompts, tmp_path, temperature)
+@pytest.mark.parametrize(("temperature", "alone"), [(0.0, False), (1.0, False), (0.0, True)],
+                         ids=["greedy", "sampled", "greedy-alone"])
+def test_equals_reference_cli(engine_dir, prompts, tmp_path, temperature, alone):
+    """`alone`: one request on the trained checkpoint, whose drafts land: its groups' rows and its chain are each one
+    run of the step (`group_attention`'s views), and a fully accepted chain keeps the KV restored after them."""
+    model_dir = SHIPPED / "nld" if alone else engine_dir["qwen3"]
+    prompts = prompts[3:4] if alone else prompts  # the one of them whose drafts land most
+    expected, margins = reference(model_dir, SPEC, prompts, tmp_path, temperature)
     params = SamplingParams(temperature=temperature, seed=SEED, max_tokens=len(expected[0]))
-    with engine(engine_dir["qwen3"], SPEC) as llm:
+    with engine(model_dir, SPEC) as llm:
         outputs = llm.generate(prompts, params)
     ties.compare([list(o.outputs[0].token_ids) for o in outputs], expected, margins)
 
