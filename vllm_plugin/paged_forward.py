@@ -25,8 +25,9 @@ class PagedWindow:
 
 def window_slots(runner: Any, rows: torch.Tensor, cache_lens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     """KV slots of windows of `lengths` rows in batch `rows`, each right after its request's `cache_lens` cached
-    tokens, which must lie in the KV blocks the request owns. Looked up on the host copy of the block table (the
-    one vLLM writes first): a few array operations and one copy to the device, where it is a step's handful."""
+    tokens, which must lie in the KV blocks the request owns. Looked up on the host copy of the block table (vLLM
+    writes it there and copies it to the device as it prepares the step): a few array operations and one copy of
+    the slots to the device, not a dozen small tensor operations (0.1 ms a call on CPU)."""
     if len(runner.kv_cache_config.kv_cache_groups) != 1:
         raise ValueError("parallel-decoding drafts support models with one KV cache group")
     table = runner.input_batch.block_table[0]
