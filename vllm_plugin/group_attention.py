@@ -81,9 +81,11 @@ def plan_step(runner: Any, windows: list[GroupedWindow]) -> GroupedStep:
             tokens.split(rows_counts), pair_positions.split(rows_counts), strict=True):
         metadata, _ = paged_metadata(runner, rows[here], cache_lens[here] + a, group_lens[: len(here)],
                                      pass_positions, causal=False, slot_mapping=pass_slots)
-        first = int(pass_tokens[0])
-        passes.append(GroupPass(slice(first, first + size) if len(here) == 1 else pass_tokens.to(device), pass_slots,
-                                metadata))
+        if len(here) == 1:
+            first = int(pass_tokens[0])
+            passes.append(GroupPass(slice(first, first + size), pass_slots, metadata))
+        else:
+            passes.append(GroupPass(pass_tokens.to(device), pass_slots, metadata))
     if len(windows) == 1:
         chain_tokens: torch.Tensor | slice = slice(windows[0].start, windows[0].start + windows[0].chain)
     else:
