@@ -316,6 +316,14 @@ class WidthPlanner:
     # where it took 73 while two requests drafted every step; the next request then drafted 22 of its 23 steps at
     # 0.92x a plain step's tokens per second, each plan expecting 1.3-1.7x).
     PLAIN_PROBES = 4
+    # A request a plan gave drafts whose step then told no verification (it verified none: one back from plain steps
+    # first lays its drafts in a step that verifies none, quadratic `diffusion_self` and `wedlm_spec`; Jacobi's stale
+    # drafts are not learnt from) keeps at least as many drafts in the plans after, for up to `UNTOLD_STEPS` such
+    # steps in a row: a plan redone on that first step's cost alone held it at no draft again before any of its
+    # drafts were verified, run after run (SGLang's quadratic `diffusion_self`, tiny checkpoint, batch 1, 2026-12-01:
+    # a step laying drafts, then 128 plain steps, over and over, where its fixed width ran 1.42x AR;
+    # docs/adaptive-widths.md).
+    UNTOLD_STEPS = 3
     BRANCHES_DECAY = 0.95
 
     def __init__(self, max_width: int, shape: Shape = Shape(), cost: StepCost | None = None,
@@ -331,6 +339,7 @@ class WidthPlanner:
         self.marginal_rows = np.diff(shape.rows(np.arange(max_width + 1)))  # rows each draft position adds
         self._last: tuple[tuple, np.ndarray, int, int] | None = None  # inputs, widths, AR step, drafts
         self._ticked = False  # whether this step's tick is done (`plain_again`)
+        self.untold: dict[str, tuple[int, int]] = {}  # per request given drafts: its steps told nothing since, width
 
     def branched(self, counts: list[int]) -> None:
         """The recycled branches each drafting request's forward carried this step (a `Shape` with `branches`): their
@@ -357,10 +366,12 @@ class WidthPlanner:
             return torch.as_tensor(limits, dtype=torch.long).clamp(0, self.max_width)
         # The plan is a function of these: a step like the last (nothing verified since, no refit), as most plain
         # steps under load are, reuses it instead of recomputing it.
-        batch = (list(keys), limits, None if seeded is None else list(seeded))
+        batch = (list(keys), limits, None if seeded is None else list(seeded), self._kept(keys))
         if self._last is None or self._last[0] != (*batch, self.acceptance.version, self.cost.coefficients):
             self._plan_anew(*batch)
         _, widths, ar_step, drafts = self._last
+        if drafts or self.untold:
+            self._count_untold(keys, widths)
         self.stats.steps += 1
         self.stats.ar_steps += ar_step
         self.stats.drafts += drafts
@@ -377,26 +388,46 @@ class WidthPlanner:
                 or (limits is not None and limits != last[0][1]):
             return False
         self.acceptance.tick()
-        if last[0][3:] != (self.acceptance.version, self.cost.coefficients) and self._plan_anew(*last[0][:3]).any():
+        if last[0][4:] != (self.acceptance.version, self.cost.coefficients) and self._plan_anew(*last[0][:4]).any():
             self._ticked = True  # `plan` follows for this step
             return False
         self.stats.steps += 1
         self.stats.ar_steps += 1
         return True
 
-    def _plan_anew(self, keys: list[str], limits: list[int], seeded: list[bool] | None) -> np.ndarray:
+    def _kept(self, keys: list[str]) -> tuple[int, ...] | None:
+        """The least width each request keeps (`UNTOLD_STEPS`), None where none keeps any."""
+        if not self.untold:
+            return None
+        held = [self.untold.get(key, (0, 0)) for key in keys]
+        kept = tuple(width if 0 < steps <= self.UNTOLD_STEPS else 0 for steps, width in held)
+        return kept if any(kept) else None
+
+    def _count_untold(self, keys: list[str], widths: np.ndarray) -> None:
+        """Remember the requests this plan gives drafts (with their steps told nothing so far), forget the rest."""
+        for key, width in zip(keys, widths.tolist(), strict=True):
+            if width:
+                self.untold[key] = (self.untold.get(key, (0, 0))[0], width)
+            else:
+                self.untold.pop(key, None)
+
+    def _plan_anew(self, keys: list[str], limits: list[int], seeded: list[bool] | None,
+                   kept: tuple[int, ...] | None) -> np.ndarray:
         """Plan the batch from the acceptance and cost as they stand, kept as the last plan with its inputs."""
         capped = np.minimum(np.maximum(np.array(limits, dtype=np.int64), 0), self.max_width)
-        widths = self._planned(keys, capped, seeded)
-        inputs = (keys, limits, seeded, self.acceptance.version, self.cost.coefficients)
+        widths = self._planned(keys, capped, seeded, kept)
+        inputs = (keys, limits, seeded, kept, self.acceptance.version, self.cost.coefficients)
         self._last = inputs, widths, int(not widths.any()), int(widths.sum())
         return widths
 
-    def _planned(self, keys: list[str], limits: Any, seeded: list[bool] | None) -> np.ndarray:
+    def _planned(self, keys: list[str], limits: Any, seeded: list[bool] | None,
+                 kept: tuple[int, ...] | None = None) -> np.ndarray:
         limits = np.asarray(limits, dtype=np.int64)
         gains = self.EXPECTED_SHARE * self.acceptance.rates(keys).cumprod(1)  # expected extra tokens per position
         gains = np.where(self.acceptance.positions < limits[:, None], gains, 0.0)
         widths = self._uniform(gains) if self.shape.uniform else self._ragged(gains)
+        if kept is not None:
+            widths = np.maximum(widths, np.array(kept, dtype=np.int64))
         widths = np.minimum(widths, limits)
         if seeded is not None and self.cost.fixed is None:
             widths = np.where(seeded, limits, widths)
@@ -487,11 +518,20 @@ class WidthPlanner:
         not `iterated` (`Decoder.iterated`: stale drafts only refresh)."""
         if iterated is not None:
             verified = [int(n) if fresh else 0 for n, fresh in zip(verified, iterated, strict=True)]
+        if self.untold:  # a request given drafts: told (forgotten here) or one more step told nothing (`UNTOLD_STEPS`)
+            told = verified.tolist() if isinstance(verified, torch.Tensor) else verified
+            for key, count in zip(keys, told, strict=True):
+                if key in self.untold:
+                    steps, width = self.untold.pop(key)
+                    if not count:
+                        self.untold[key] = (steps + 1, width)
         if keys and (not isinstance(verified, list) or any(verified)):
             self.acceptance.record(keys, verified, accepted)
 
     def forget(self, keys: list[str] | set[str]) -> None:
         self.acceptance.forget(keys)
+        for key in keys:
+            self.untold.pop(key, None)
 
 
 class Capped(Protocol):

@@ -311,8 +311,9 @@ def test_a_step_like_the_last_reuses_its_plan_and_any_change_redoes_it(monkeypat
     for step in range(240):
         keys = KEYS[: 2 + step // 80][:: 1 - 2 * ((step + 10) // 40 % 2)]  # more requests, in another order
         limits = [1 + step // 20 % 8] * len(keys)
+        kept = plan._kept(keys)  # what requests whose steps told nothing keep (`UNTOLD_STEPS`), an input too
         widths = plan.plan(keys, limits)
-        assert widths.tolist() == planned(keys, torch.tensor(limits), None).tolist(), step
+        assert widths.tolist() == planned(keys, torch.tensor(limits), None, kept).tolist(), step
         widths_seen.add(tuple(widths.tolist()))
         accepted = torch.randint(0, 9, (len(keys),), generator=generator).minimum(widths)
         accepted = torch.where(torch.tensor([key == "a" for key in keys]), widths, accepted // 3).tolist()
@@ -322,6 +323,9 @@ def test_a_step_like_the_last_reuses_its_plan_and_any_change_redoes_it(monkeypat
         plan.observe(rows, 0, 0.01 * (1 + 0.002 * rows * (1 + step // 30)))
     assert len(widths_seen) >= 3 and 0 < len(computed) < 180
     plan.plan(keys, limits)
+    for _ in range(WidthPlanner.UNTOLD_STEPS + 1):  # past the steps in which untold requests keep their drafts
+        plan.record(keys, [0] * len(keys), [0] * len(keys))
+        plan.plan(keys, limits)
     while plan.acceptance.ticks % AcceptanceTable.FORGET_EVERY:  # up to a fading, so none falls in the steps below
         plan.plan(keys, limits)
     before = len(computed)
@@ -467,3 +471,23 @@ def test_a_step_drafts_only_once_plain_steps_like_the_batch_are_measured():
             widths.append(int(plan.plan(["a"], [8])[0]))
             plan.observe(1 + widths[-1], int(widths[-1] > 0), 4.0 if widths[-1] else plain_seconds)
         assert widths == [0] * WidthPlanner.PLAIN_PROBES + [drafts] * 2, (plain_seconds, widths)
+
+
+def test_a_request_given_drafts_keeps_them_until_a_step_of_it_is_told():
+    """A request back from plain steps first lays its drafts in a step that verifies none: a plan redone on that
+    step's cost alone does not hold it at no draft before its drafts are verified (for `UNTOLD_STEPS` such steps)."""
+    plan = planner((1.0, 0.0, 0.0))
+    assert plan.plan(["a", "b"], [4, 4]).tolist() == [4, 4]
+    plan.cost.fixed = (1.0, 5.0, 0.0)  # rows dear now: a fresh plan drafts nothing
+    plan.record(["a", "b"], [0, 3], [0, 1])  # a's step laid its drafts and verified none; b's verified three
+    assert plan.plan(["a", "b"], [4, 4]).tolist() == [4, 0]
+    for _ in range(WidthPlanner.UNTOLD_STEPS - 1):
+        plan.record(["a", "b"], [0, 0], [0, 0])
+        assert plan.plan(["a", "b"], [2, 4]).tolist() == [2, 0]  # within its limit
+    plan.record(["a", "b"], [0, 0], [0, 0])
+    assert plan.plan(["a", "b"], [4, 4]).tolist() == [0, 0]  # as many steps told nothing: planned afresh
+    plan.cost.fixed = (1.0, 0.0, 0.0)
+    assert plan.plan(["a"], [4]).tolist() == [4]
+    plan.cost.fixed = (1.0, 5.0, 0.0)
+    plan.record(["a"], [4], [1])  # told: planned afresh at once
+    assert plan.plan(["a"], [4]).tolist() == [0]
