@@ -421,7 +421,7 @@ class WidthPlanner:
         return widths
 
     def _planned(self, keys: list[str], limits: Any, seeded: list[bool] | None,
-                 kept: tuple[int, ...] | None = None) -> np.ndarray:
+                 kept: tuple[int, ...] | None) -> np.ndarray:
         limits = np.asarray(limits, dtype=np.int64)
         gains = self.EXPECTED_SHARE * self.acceptance.rates(keys).cumprod(1)  # expected extra tokens per position
         gains = np.where(self.acceptance.positions < limits[:, None], gains, 0.0)
