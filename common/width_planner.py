@@ -285,8 +285,12 @@ def planner_for(config: Any, max_width: int, shape: Shape, measured: bool = True
         return None
     prior = StepCost.PRIOR if shape.extra_forward else StepCost.PRIOR_ONE_FORWARD
     if config.step_cost is not None:
-        return WidthPlanner(max_width, shape, StepCost(config.step_cost, prior=prior))
-    return WidthPlanner(max_width, shape, StepCost(None if measured else prior, prior=prior, exact=False))
+        cost = StepCost(config.step_cost, prior=prior)
+    elif not measured:
+        cost = StepCost(prior, prior=prior, exact=False)
+    else:
+        cost = StepCost(prior=prior)
+    return WidthPlanner(max_width, shape, cost, measured_share=True)
 
 
 class WidthPlanner:
@@ -294,8 +298,15 @@ class WidthPlanner:
 
     reported = 0.0
     # What a plan expects of its drafts, as a share of what the requests' recent steps say: the planner drafts for
-    # the requests whose recent steps went best, which then accept less (measured: docs/adaptive-widths.md).
+    # the requests whose recent steps went best, which then accept less (measured: docs/adaptive-widths.md). At
+    # least `EXPECTED_SHARE`, more where the drafts verified have accepted more of what the rates said
+    # (`expected_share`: SGLang's quadratic `diffusion_self` at batch 1 on the tiny checkpoint, 2026-12-01, accepted
+    # 0.94 of it, and a plan counting 0.8 held it at plain steps in 38% of its steps where drafting committed 1.34x a
+    # plain step's tokens per second). Not less: Jacobi's drafts accept 0.53-0.88 of it, and planned by that they
+    # draft less than their fixed width gains by (2026-11-30). `SHARE_PRIOR` tokens' worth of the floor to start.
     EXPECTED_SHARE = 0.8
+    SHARE_PRIOR = 8.0
+    SHARE_DECAY = 0.99
     # How much more a step that drafts must be expected to commit per second than a plain step, for the planner to
     # draft at all, where the cost is measured: a plan at break-even by a fitted cost loses by its errors (the main
     # job's batch of 8 on SmolLM2, 2026-11-29: the 2-6 requests left in its tail drafted at an expected 1.0x, and
@@ -327,7 +338,7 @@ class WidthPlanner:
     BRANCHES_DECAY = 0.95
 
     def __init__(self, max_width: int, shape: Shape = Shape(), cost: StepCost | None = None,
-                 acceptance: AcceptanceTable | None = None) -> None:
+                 acceptance: AcceptanceTable | None = None, measured_share: bool = False) -> None:
         require(isinstance(max_width, int) and max_width >= 1, "max_width", "a positive integer", max_width)
         self.max_width = max_width
         self.shape = shape
@@ -340,6 +351,8 @@ class WidthPlanner:
         self._last: tuple[tuple, np.ndarray, int, int] | None = None  # inputs, widths, AR step, drafts
         self._ticked = False  # whether this step's tick is done (`plain_again`)
         self.untold: dict[str, tuple[int, int]] = {}  # per request given drafts: its steps told nothing since, width
+        self.measured_share = measured_share  # the engines' planners (`planner_for`); else `EXPECTED_SHARE` as is
+        self.told = np.array([self.SHARE_PRIOR * self.EXPECTED_SHARE, self.SHARE_PRIOR])  # accepted, expected drafts
 
     def branched(self, counts: list[int]) -> None:
         """The recycled branches each drafting request's forward carried this step (a `Shape` with `branches`): their
@@ -423,7 +436,7 @@ class WidthPlanner:
     def _planned(self, keys: list[str], limits: Any, seeded: list[bool] | None,
                  kept: tuple[int, ...] | None) -> np.ndarray:
         limits = np.asarray(limits, dtype=np.int64)
-        gains = self.EXPECTED_SHARE * self.acceptance.rates(keys).cumprod(1)  # expected extra tokens per position
+        gains = self.expected_share * self.acceptance.rates(keys).cumprod(1)  # expected extra tokens per position
         gains = np.where(self.acceptance.positions < limits[:, None], gains, 0.0)
         widths = self._uniform(gains) if self.shape.uniform else self._ragged(gains)
         if kept is not None:
@@ -507,7 +520,7 @@ class WidthPlanner:
                      "drafts_per_step": round(self.stats.drafts / max(self.stats.steps, 1), 3),
                      "step_ms": round(1e3 * base, 3), "row_ms": round(1e3 * per_row, 4),
                      "drafting_step_ms": round(1e3 * per_drafting, 3), "measured_steps": len(self.cost.steps),
-                     "outside_ms": round(1e3 * self.gap.seconds, 3)}
+                     "outside_ms": round(1e3 * self.gap.seconds, 3), "expected_share": round(self.expected_share, 3)}
         if self.branches:
             described["branches"] = round(self.branches, 3)  # the recycled branches a drafting forward carries
         return described
@@ -515,7 +528,10 @@ class WidthPlanner:
     def record(self, keys: list[str], verified: torch.Tensor | list[int], accepted: torch.Tensor | list[int],
                iterated: list[bool] | None = None) -> None:
         """The step's verification: drafts verified and accepted per request; not learnt from where the drafts were
-        not `iterated` (`Decoder.iterated`: stale drafts only refresh)."""
+        not `iterated` (`Decoder.iterated`: stale drafts only refresh), though what they accepted of what the rates
+        expected counts towards the share a plan expects (`expected_share`): the plan paid for them as for any."""
+        if self.measured_share and keys:
+            self._calibrate(keys, verified, accepted)
         if iterated is not None:
             verified = [int(n) if fresh else 0 for n, fresh in zip(verified, iterated, strict=True)]
         if self.untold:  # a request given drafts: told (forgotten here) or one more step told nothing (`UNTOLD_STEPS`)
@@ -527,6 +543,22 @@ class WidthPlanner:
                         self.untold[key] = (steps + 1, width)
         if keys and (not isinstance(verified, list) or any(verified)):
             self.acceptance.record(keys, verified, accepted)
+
+    @property
+    def expected_share(self) -> float:
+        """The share of the rates' expected tokens a plan counts (`EXPECTED_SHARE`): where `measured_share`, what
+        verified drafts accepted of what the rates expected of them, recent steps weighing more, between
+        `EXPECTED_SHARE` and 1."""
+        return min(max(float(self.told[0] / self.told[1]), self.EXPECTED_SHARE), 1.0)
+
+    def _calibrate(self, keys: list[str], verified: Any, accepted: Any) -> None:
+        """Weigh the drafts the step verified, as the rates expected them before it, against those accepted."""
+        verified = np.minimum(np.asarray(verified, dtype=np.int64), self.max_width)
+        if not verified.any():
+            return
+        gains = np.where(self.acceptance.positions < verified[:, None], self.acceptance.rates(keys).cumprod(1), 0.0)
+        got = np.minimum(np.asarray(accepted, dtype=np.int64), verified)
+        self.told = self.told * self.SHARE_DECAY + np.array([got.sum(), gains.sum()])
 
     def forget(self, keys: list[str] | set[str]) -> None:
         self.acceptance.forget(keys)

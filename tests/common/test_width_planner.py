@@ -51,6 +51,25 @@ def test_a_plan_expects_less_than_the_requests_recent_steps_say(monkeypatch):
     assert plan.plan(["a"], [8]).tolist() == [1]
 
 
+def test_the_share_a_plan_expects_is_measured_and_never_below_the_constant():
+    """An engine's planner (`measured_share`) counts the share of the rates' expected tokens its verified drafts
+    accepted: drafts accepting what the rates say are counted whole, and dear rows that a plan counting 0.8 of them
+    would not pay for are taken; drafts accepting less than 0.8 of it are counted at 0.8 (Jacobi's, whose fixed width
+    gains more than a plan by their measured share drafts for)."""
+    widths, shares = {}, {}
+    for measured in (False, True):
+        for accepted in (1, 0):
+            plan = WidthPlanner(8, Shape(), StepCost((1.0, 9.0, 0.0)), measured_share=measured)
+            accepting(plan, ["a"], [accepted], steps=300)
+            widths[measured, accepted] = plan.plan(["a"], [8]).tolist()
+            shares[measured, accepted] = plan.expected_share, float(plan.told[0] / plan.told[1])
+    # one accepted draft a step: 2 tokens for 19 s against 1 for 10 at the whole share, 1.8 for 19 at 0.8
+    assert widths == {(False, 1): [0], (True, 1): [1], (False, 0): [0], (True, 0): [0]}
+    assert shares[True, 1][0] > 0.95 and shares[False, 1][0] == WidthPlanner.EXPECTED_SHARE
+    assert shares[True, 0][0] == WidthPlanner.EXPECTED_SHARE and shares[True, 0][1] < 0.5  # measured below: floored
+    assert plan.describe()["expected_share"] == WidthPlanner.EXPECTED_SHARE
+
+
 def test_a_step_drafts_only_where_it_beats_a_plain_one_by_the_margin():
     """Drafting at an expected break-even loses by the measured cost's errors: where the cost is measured, the planner
     drafts only where the step is expected to commit `DRAFTING_MARGIN` (1.15x) the tokens per second of a plain
@@ -255,7 +274,7 @@ def test_planner_for_follows_the_config_and_reports_at_most_every_interval():
 
     assert planner_for(parse_config("jacobi", {"adaptive": False}), 4, Shape()) is None
     plan = planner_for(parse_config("jacobi", {"block_size": 4}), 4, Shape())
-    assert plan is not None and plan.cost.fixed is None
+    assert plan is not None and plan.cost.fixed is None and plan.measured_share
     assert plan.observe(8, 0, 0.05)["measured_steps"] == 1 and plan.observe(8, 0, 0.05) is None
     assert len(plan.cost.steps) == 2
     assert planner_for(parse_config("jacobi", {"step_cost": [1, 0, 0]}), 4, Shape()).cost.coefficients == [1, 0, 0]
@@ -418,6 +437,10 @@ def test_drafts_not_iterated_are_not_learnt_from():
     assert (plan.acceptance.rates(["a"]) == before).all()
     plan.record(["a"], [4], [0], iterated=[True])
     assert plan.acceptance.rates(["a"])[0, 0] < before[0, 0]
+    # A plan paid for stale drafts as for any: what they accepted counts towards the share it expects.
+    measured = WidthPlanner(8, Shape(), StepCost((1.0, 0.01, 0.0)), measured_share=True)
+    measured.record(["a"], [4], [0], iterated=[False])
+    assert measured.told[1] > WidthPlanner.SHARE_PRIOR and measured.told[0] < WidthPlanner.SHARE_PRIOR * 0.8
 
 
 def test_jacobis_shape_prices_the_rows_its_forward_carries():
