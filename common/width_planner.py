@@ -352,7 +352,7 @@ class WidthPlanner:
         self._ticked = False  # whether this step's tick is done (`plain_again`)
         self.untold: dict[str, tuple[int, int]] = {}  # per request given drafts: its steps told nothing since, width
         self.measured_share = measured_share  # the engines' planners (`planner_for`); else `EXPECTED_SHARE` as is
-        self.told = np.array([self.SHARE_PRIOR * self.EXPECTED_SHARE, self.SHARE_PRIOR])  # accepted, expected drafts
+        self.share_sums = np.array([self.SHARE_PRIOR * self.EXPECTED_SHARE, self.SHARE_PRIOR])  # accepted, expected
 
     def branched(self, counts: list[int]) -> None:
         """The recycled branches each drafting request's forward carried this step (a `Shape` with `branches`): their
@@ -380,7 +380,7 @@ class WidthPlanner:
         # The plan is a function of these: a step like the last (nothing verified since, no refit), as most plain
         # steps under load are, reuses it instead of recomputing it.
         batch = (list(keys), limits, None if seeded is None else list(seeded), self._kept(keys))
-        if self._last is None or self._last[0] != (*batch, self.acceptance.version, self.cost.coefficients):
+        if self._last is None or self._last[0] != (*batch, *self._state):
             self._plan_anew(*batch)
         _, widths, ar_step, drafts = self._last
         if drafts or self.untold:
@@ -401,12 +401,18 @@ class WidthPlanner:
                 or (limits is not None and limits != last[0][1]):
             return False
         self.acceptance.tick()
-        if last[0][4:] != (self.acceptance.version, self.cost.coefficients) and self._plan_anew(*last[0][:4]).any():
+        if last[0][4:] != self._state and self._plan_anew(*last[0][:4]).any():
             self._ticked = True  # `plan` follows for this step
             return False
         self.stats.steps += 1
         self.stats.ar_steps += 1
         return True
+
+    @property
+    def _state(self) -> tuple:
+        """What a plan depends on beside its batch: the rates, the share it expects (stale drafts move it, not the
+        rates) and the cost model."""
+        return self.acceptance.version, self.expected_share, self.cost.coefficients
 
     def _kept(self, keys: list[str]) -> tuple[int, ...] | None:
         """The least width each request keeps (`UNTOLD_STEPS`), None where none keeps any."""
@@ -429,7 +435,7 @@ class WidthPlanner:
         """Plan the batch from the acceptance and cost as they stand, kept as the last plan with its inputs."""
         capped = np.minimum(np.maximum(np.array(limits, dtype=np.int64), 0), self.max_width)
         widths = self._planned(keys, capped, seeded, kept)
-        inputs = (keys, limits, seeded, kept, self.acceptance.version, self.cost.coefficients)
+        inputs = (keys, limits, seeded, kept, *self._state)
         self._last = inputs, widths, int(not widths.any()), int(widths.sum())
         return widths
 
@@ -549,7 +555,7 @@ class WidthPlanner:
         """The share of the rates' expected tokens a plan counts (`EXPECTED_SHARE`): where `measured_share`, what
         verified drafts accepted of what the rates expected of them, recent steps weighing more, between
         `EXPECTED_SHARE` and 1."""
-        return min(max(float(self.told[0] / self.told[1]), self.EXPECTED_SHARE), 1.0)
+        return min(max(float(self.share_sums[0] / self.share_sums[1]), self.EXPECTED_SHARE), 1.0)
 
     def _calibrate(self, keys: list[str], verified: Any, accepted: Any) -> None:
         """Weigh the drafts the step verified, as the rates expected them before it, against those accepted."""
@@ -558,7 +564,7 @@ class WidthPlanner:
             return
         gains = np.where(self.acceptance.positions < verified[:, None], self.acceptance.rates(keys).cumprod(1), 0.0)
         got = np.minimum(np.asarray(accepted, dtype=np.int64), verified)
-        self.told = self.told * self.SHARE_DECAY + np.array([got.sum(), gains.sum()])
+        self.share_sums = self.share_sums * self.SHARE_DECAY + np.array([got.sum(), gains.sum()])
 
     def forget(self, keys: list[str] | set[str]) -> None:
         self.acceptance.forget(keys)

@@ -62,7 +62,7 @@ def test_the_share_a_plan_expects_is_measured_and_never_below_the_constant():
             plan = WidthPlanner(8, Shape(), StepCost((1.0, 9.0, 0.0)), measured_share=measured)
             accepting(plan, ["a"], [accepted], steps=300)
             widths[measured, accepted] = plan.plan(["a"], [8]).tolist()
-            shares[measured, accepted] = plan.expected_share, float(plan.told[0] / plan.told[1])
+            shares[measured, accepted] = plan.expected_share, float(plan.share_sums[0] / plan.share_sums[1])
     # one accepted draft a step: 2 tokens for 19 s against 1 for 10 at the whole share, 1.8 for 19 at 0.8
     assert widths == {(False, 1): [0], (True, 1): [1], (False, 0): [0], (True, 0): [0]}
     assert shares[True, 1][0] > 0.95 and shares[False, 1][0] == WidthPlanner.EXPECTED_SHARE
@@ -320,11 +320,13 @@ def test_quadratic_rows_grow_with_the_square_of_the_width():
 
 
 def test_a_step_like_the_last_reuses_its_plan_and_any_change_redoes_it(monkeypatch):
-    """Plans are reused while their inputs stand (keys, limits, acceptance, cost model): through steps that draft or
-    not, accept or not, change the batch, refit the cost and fade idle requests' evidence, every plan equals one
-    computed afresh; steps with nothing verified, no refit and no fading between them (plain steps under load, within
-    a forgetting period) compute it once."""
-    plan, generator, widths_seen = WidthPlanner(8, Shape(), StepCost()), torch.Generator().manual_seed(3), set()
+    """Plans are reused while their inputs stand (keys, limits, acceptance, measured share, cost model): through steps
+    that draft or not, accept or not, verify stale drafts (the share learns from them, the rates do not), change the
+    batch, refit the cost and fade idle requests' evidence, every plan equals one computed afresh; steps with nothing
+    verified, no refit and no fading between them (plain steps under load, within a forgetting period) compute it
+    once."""
+    plan = WidthPlanner(8, Shape(), StepCost(), measured_share=True)
+    generator, widths_seen = torch.Generator().manual_seed(3), set()
     computed, planned = [], plan._planned
     monkeypatch.setattr(plan, "_planned", lambda *args: computed.append(args) or planned(*args))
     for step in range(240):
@@ -337,7 +339,7 @@ def test_a_step_like_the_last_reuses_its_plan_and_any_change_redoes_it(monkeypat
         accepted = torch.randint(0, 9, (len(keys),), generator=generator).minimum(widths)
         accepted = torch.where(torch.tensor([key == "a" for key in keys]), widths, accepted // 3).tolist()
         verified = widths.tolist() if step % 4 == 0 else [0] * len(keys)  # steps that verify nothing between
-        plan.record(keys, verified, accepted)
+        plan.record(keys, verified, accepted, iterated=[step % 8 != 4] * len(keys))  # every other one stale
         rows = len(keys) + int(widths.sum())
         plan.observe(rows, 0, 0.01 * (1 + 0.002 * rows * (1 + step // 30)))
     assert len(widths_seen) >= 3 and 0 < len(computed) < 180
@@ -352,6 +354,14 @@ def test_a_step_like_the_last_reuses_its_plan_and_any_change_redoes_it(monkeypat
         plan.record(keys, [0] * len(keys), [0] * len(keys))
         plan.plan(keys, limits)
     assert len(computed) == before
+    # A step that verified stale drafts alone moves the share a plan expects, not the rates: the next plan is redone.
+    fresh, redone = WidthPlanner(8, Shape(), StepCost((1.0, 9.0, 0.0)), measured_share=True), []  # plain
+    monkeypatch.setattr(fresh, "_planned", lambda *args, planned=fresh._planned: redone.append(args) or planned(*args))
+    fresh.plan(["a"], [8])
+    fresh.plan(["a"], [8])
+    fresh.record(["a"], [8], [8], iterated=[False])
+    fresh.plan(["a"], [8])
+    assert fresh.expected_share > WidthPlanner.EXPECTED_SHARE and len(redone) == 2
 
 
 def test_a_plain_step_again_is_counted_without_planning_only_where_planning_gives_it():
@@ -440,7 +450,7 @@ def test_drafts_not_iterated_are_not_learnt_from():
     # A plan paid for stale drafts as for any: what they accepted counts towards the share it expects.
     measured = WidthPlanner(8, Shape(), StepCost((1.0, 0.01, 0.0)), measured_share=True)
     measured.record(["a"], [4], [0], iterated=[False])
-    assert measured.told[1] > WidthPlanner.SHARE_PRIOR and measured.told[0] < WidthPlanner.SHARE_PRIOR * 0.8
+    assert measured.share_sums[1] > WidthPlanner.SHARE_PRIOR and measured.share_sums[0] < WidthPlanner.SHARE_PRIOR * 0.8
 
 
 def test_jacobis_shape_prices_the_rows_its_forward_carries():
