@@ -6,6 +6,7 @@ AR decoding of that checkpoint and (vLLM) its own `ngram` speculation at the sam
     python -m scripts.bench --engine vllm --models DIR --json OUT.json --quick    # batch 1, 16 tokens (CI)
     python -m scripts.bench --engine vllm --model smollm2 --json OUT.json         # the real model, chat prompts
     python -m scripts.bench --engine vllm --models DIR --json OUT.json --against-ar --repeats 3  # AR and method only
+    python -m scripts.bench --engine vllm --models DIR --json OUT.json --against-ar --sync-ar  # and AR unpipelined
     python -m scripts.bench --engine reference --model smollm2 --batch-sizes 1 --json OUT.json [--device cuda]
     python -m scripts.bench --engine vllm --model huginn --json OUT.json [--num-steps 32] [--max-diffusion-steps N]
 
@@ -28,7 +29,10 @@ much of the forwards saved becomes time saved). Tokens per forward counts every 
 in: for AR and ngram from vLLM's counters (each target forward yields 1 + accepted tokens); for our methods from
 `common/`'s reference runner on the same prompts at the configured width, whose decisions the engine paths reproduce
 token for token (tested), since the engines do not count our extra forwards (drafts, reveals). p_cache is WeDLM's
-eq. 4. Acceptance length is tokens per verify step (vLLM: per draft; SGLang: per speculative step after the
+eq. 4. `--sync-ar` (vLLM) adds `ar-sync`, AR without async scheduling, which vLLM 0.32 turns off for every plugin
+speculative method (`docs/adaptive-widths.md`): the most a method's plain steps can reach on a GPU. On CPU vLLM runs
+AR without it too (`async_scheduling` in each vLLM record), and `ar-sync` is AR again: the bench's own spread.
+Acceptance length is tokens per verify step (vLLM: per draft; SGLang: per speculative step after the
 prefill); the histogram counts verify steps by accepted drafts (vLLM only).
 `--engine reference` times `common/`'s reference runner itself (transformers, one request at a time, so batch 1
 only, at the configured width: it has no planner), on `--device` (a GPU where there is one): what the methods' saved
@@ -84,6 +88,7 @@ REAL_METHODS = [
 ]
 # Methods one engine lacks: SGLang has no ngram here, vLLM's verifier takes no recycled branches.
 ONE_ENGINE = {"ngram": "vllm", "jacobi_recycling": "sglang"}
+SYNC_AR = "ar-sync"  # vLLM's AR without async scheduling (`--sync-ar`)
 PROMPTS = [
     "def wrap(text, width=70):", "import heapq", "class Formatter:", "    def __init__(self, ",
     "def bisect_left(a, x, lo=0, hi=None):", "for line in lines:", "    return ''.join(", "if __name__ == '__main__':",
@@ -125,7 +130,8 @@ class VllmRun:
     one batch, then timed a batch of `batch_size` prompts at a time (`round`); `finish` is its record."""
 
     def __init__(self, model: str, spec: dict | None, batch_size: int, max_tokens: int, rounds: int,
-                 prompts: list[str], dtype: str = "float32", max_model_len: int = 512) -> None:
+                 prompts: list[str], dtype: str = "float32", max_model_len: int = 512,
+                 async_scheduling: bool | None = None) -> None:
         from vllm import LLM, SamplingParams
 
         from parallel_decoding.vllm_plugin.metrics import acceptance
@@ -133,7 +139,8 @@ class VllmRun:
         self.spec = spec
         self.llm = LLM(model=model, speculative_config=spec, enforce_eager=True, kv_cache_memory_bytes=256 << 20,
                        dtype=dtype, max_model_len=max_model_len, max_num_seqs=batch_size, disable_log_stats=False,
-                       seed=0, worker_extension_cls="parallel_decoding.vllm_plugin.probe.StateProbe")
+                       seed=0, worker_extension_cls="parallel_decoding.vllm_plugin.probe.StateProbe",
+                       async_scheduling=async_scheduling)
         self.params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
         self.batches = [[prompts[(r * batch_size + i) % len(prompts)] for i in range(batch_size)]
                         for r in range(rounds)]
@@ -164,6 +171,7 @@ class VllmRun:
                 len(after.accepted_per_position) - len(before.accepted_per_position)), strict=True)]
             counts = histogram(drafts, per_position)
         widths = planner(self.llm) if self.spec else None
+        pipelined = bool(self.llm.llm_engine.vllm_config.scheduler_config.async_scheduling)
         del self.llm
         tokens = self.tokens
         return {
@@ -175,6 +183,7 @@ class VllmRun:
             "tokens": tokens,
             "seconds": self.seconds,
             "planner": widths,
+            "async_scheduling": pipelined,
         }
 
 
@@ -373,6 +382,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="batch 1, 16 tokens, one timed round")
     parser.add_argument("--against-ar", action="store_true",
                         help="each method against AR only: no pinned width (NAME-fixed), no ngram")
+    parser.add_argument("--sync-ar", action="store_true",
+                        help="vLLM: also AR without async scheduling (ar-sync), as every plugin method runs")
     parser.add_argument("--model", choices=("tiny", "smollm2", "huginn"), default="tiny",
                         help="the tiny trained checkpoints, the real model SmolLM2-135M-Instruct, or Huginn's samplers "
                              "on the trained Raven (--methods does not apply)")
@@ -408,6 +419,8 @@ def main() -> None:
     for size in [int(s) for s in args.batch_sizes.split(",")]:
         for checkpoint in dict.fromkeys(c for _, c, _ in chosen):
             plan.append((size, checkpoint, "ar", None))
+            if args.sync_ar and args.engine == "vllm":
+                plan.append((size, checkpoint, SYNC_AR, None))
             for name, _, spec in (m for m in chosen if m[1] == checkpoint):
                 plan.append((size, checkpoint, name, spec))
                 if adapts(spec, args.engine) and not args.against_ar:
@@ -429,8 +442,8 @@ def main() -> None:
         model = str(paths[checkpoint])
         if serving:
             results = alternate({name: (serving, (model, spec, size, args.max_tokens, args.rounds, prompts,
-                                                   dtype_here, max_model_len)) for name, spec in chosen_specs.items()},
-                                args.rounds)
+                                                   dtype_here, max_model_len, *[False] * (name == SYNC_AR)))
+                                 for name, spec in chosen_specs.items()}, args.rounds)
         else:
             results = {name: run(model, spec, size, args.max_tokens, args.rounds, prompts, dtype_here)
                        for name, spec in chosen_specs.items()}

@@ -93,10 +93,12 @@ def test_quadratic_is_profiled_beside_ngram_at_its_forward_width():
 def test_quick_bench(tmp_path):
     out = subprocess.run([sys.executable, "-m", "scripts.bench", "--engine", "vllm", "--models", str(tmp_path / "m"),
                           "--json", str(tmp_path / "b.json"), "--png", str(tmp_path / "b.png"), "--quick",
-                          "--methods", "jacobi"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+                          "--methods", "jacobi", "--sync-ar"], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     records = {r["method"]: r for r in json.loads((tmp_path / "b.json").read_text())}
-    assert set(records) == {"ar", "jacobi", "jacobi-fixed", "ngram-8"}
+    assert set(records) == {"ar", "ar-sync", "jacobi", "jacobi-fixed", "ngram-8"}
+    # AR as vLLM runs any plugin method, without async scheduling (`--sync-ar`; on CPU vLLM runs AR so anyway).
+    assert not records["ar-sync"]["async_scheduling"] and not records["jacobi"]["async_scheduling"]
     jacobi, fixed = records["jacobi"], records["jacobi-fixed"]
     assert jacobi["checkpoint"] == "jacobi_forcing" and jacobi["tokens_per_forward"] > 1.0
     assert jacobi["conversion"] == jacobi["speedup"] / jacobi["tokens_per_forward"]
