@@ -56,34 +56,38 @@ _step: list[GroupedStep | None] = [None]
 
 
 def plan_step(runner: Any, windows: list[GroupedWindow]) -> GroupedStep:
-    """The passes a step's grouped windows need, last group first (one group size, the step's `k + 1`). Every
-    pass's KV slots and the chain's come from one batched lookup; only the backend's metadata is built per pass."""
-    device, size = runner.device, windows[0].group
+    """The passes a step's grouped windows need, last group first; each window has its own group size (the width
+    planner caps each request's `k` on its own). Every pass's KV slots and the chain's come from one batched lookup;
+    only the backend's metadata is built per pass."""
+    device = runner.device
     rows = torch.tensor([w.row for w in windows])
     cache_lens = torch.tensor([w.cache_len for w in windows], dtype=torch.int32)
     chains = torch.tensor([w.chain for w in windows], dtype=torch.int32)
+    sizes = torch.tensor([w.group for w in windows])
     groups_start = torch.tensor([w.start + w.chain for w in windows])  # each window's first group row
-    positions = torch.nn.utils.rnn.pad_sequence([w.positions.view(-1, size) for w in windows], batch_first=True)
+    positions = torch.cat([w.positions for w in windows])
+    positions_start = (chains * sizes).cumsum(0) - chains * sizes  # each window's first group position
     depth = torch.arange(int(chains.max()) - 1, -1, -1)  # the passes' groups, last first
     live = chains[None, :] > depth[:, None]  # [pass, window]: the window has the pass's group
     pass_of, window_of = live.nonzero(as_tuple=True)  # pass after pass, windows in order within each
     group = depth[pass_of]  # each (pass, window) pair's group
     counts = live.sum(1).tolist()
-    rows_counts = [n * size for n in counts]
-    group_lens = torch.full((len(window_of),), size, dtype=torch.int32)
+    group_lens = sizes[window_of].int()  # each pair's rows
+    rows_counts = torch.zeros(len(depth), dtype=torch.long).index_add_(0, pass_of, group_lens.long()).tolist()
     slots = window_slots(runner, torch.cat([rows[window_of], rows]), torch.cat([cache_lens[window_of] + group,
                          cache_lens]).int(), torch.cat([group_lens, chains]))
-    tokens = ((groups_start[window_of] + group * size)[:, None] + torch.arange(size)).flatten()
-    pair_positions = positions[window_of, group].flatten()
+    offsets = group * group_lens
+    tokens = member_rows(groups_start[window_of] + offsets, group_lens)[0]
+    pair_positions = positions[member_rows(positions_start[window_of] + offsets, group_lens)[0]]
     passes = []
-    for a, here, pass_slots, pass_tokens, pass_positions in zip(
-            depth.tolist(), window_of.split(counts), slots[: len(tokens)].split(rows_counts),
+    for a, here, lens, pass_slots, pass_tokens, pass_positions in zip(
+            depth.tolist(), window_of.split(counts), group_lens.split(counts), slots[: len(tokens)].split(rows_counts),
             tokens.split(rows_counts), pair_positions.split(rows_counts), strict=True):
-        metadata, _ = paged_metadata(runner, rows[here], cache_lens[here] + a, group_lens[: len(here)],
-                                     pass_positions, causal=False, slot_mapping=pass_slots)
+        metadata, _ = paged_metadata(runner, rows[here], cache_lens[here] + a, lens, pass_positions, causal=False,
+                                     slot_mapping=pass_slots)
         if len(here) == 1:
             first = int(pass_tokens[0])
-            passes.append(GroupPass(slice(first, first + size), pass_slots, metadata))
+            passes.append(GroupPass(slice(first, first + int(lens[0])), pass_slots, metadata))
         else:
             passes.append(GroupPass(pass_tokens.to(device), pass_slots, metadata))
     if len(windows) == 1:

@@ -73,3 +73,30 @@ def test_a_request_held_at_no_draft_until_its_last_step(engine_dir, prompts, mon
         got = llm.generate(prompts, greedy)
     assert sorted(set(steps.values())) == [MAX_TOKENS] and len(steps) == len(prompts)
     assert [o.outputs[0].token_ids for o in got] == [w.outputs[0].token_ids for w in want]
+
+
+def test_requests_capped_at_different_widths_share_a_step(engine_dir, prompts, monkeypatch):
+    """The planner caps each request on its own, so one step's windows have groups of different sizes (the engine
+    died on it where the planner gave requests different widths, 2026-12-01). vLLM's own greedy tokens."""
+    from parallel_decoding.vllm_plugin import quadratic_self_spec
+
+    steps: Counter = Counter()
+    mixed = []  # per step, whether requests drafting in it had different widths
+
+    def varied(planner, keys, decoders):
+        widths = set()
+        for row, (key, decoder) in enumerate(zip(keys, decoders, strict=True)):
+            steps[key] += 1
+            width = (row + steps[key]) % (decoder.most_drafts + 1)
+            decoder.cap(width)
+            widths |= {width} - {0}
+        mixed.append(len(widths) > 1)
+
+    monkeypatch.setattr(quadratic_self_spec, "cap_widths", varied)
+    greedy = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True)
+    with engine(engine_dir["qwen3"]) as llm:
+        want = llm.generate(prompts, greedy)
+    with engine(engine_dir["qwen3"], SPEC) as llm:
+        got = llm.generate(prompts, greedy)
+    assert sum(mixed) > 10
+    assert [o.outputs[0].token_ids for o in got] == [w.outputs[0].token_ids for w in want]
