@@ -52,6 +52,7 @@ bounds the wavefront's steps a request (a Raven whose latents hardly converge ca
 """
 
 import argparse
+import functools
 import json
 import statistics
 import time
@@ -397,8 +398,6 @@ def main() -> None:
         huginn(args)
         return
     if args.engine == "reference":  # vLLM's and SGLang's engines alternate (below)
-        import functools
-
         import torch
 
         run = functools.partial(run_reference, device=args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -441,9 +440,10 @@ def main() -> None:
     for (_, size, checkpoint, *_), chosen_specs in tqdm(groups.items(), desc=f"{args.engine} bench"):
         model = str(paths[checkpoint])
         if serving:
-            results = alternate({name: (serving, (model, spec, size, args.max_tokens, args.rounds, prompts,
-                                                   dtype_here, max_model_len, *[False] * (name == SYNC_AR)))
-                                 for name, spec in chosen_specs.items()}, args.rounds)
+            unpipelined = functools.partial(VllmRun, async_scheduling=False)  # `SYNC_AR`
+            results = alternate({name: (unpipelined if name == SYNC_AR else serving,
+                                        (model, spec, size, args.max_tokens, args.rounds, prompts, dtype_here,
+                                         max_model_len)) for name, spec in chosen_specs.items()}, args.rounds)
         else:
             results = {name: run(model, spec, size, args.max_tokens, args.rounds, prompts, dtype_here)
                        for name, spec in chosen_specs.items()}

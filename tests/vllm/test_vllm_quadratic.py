@@ -52,12 +52,24 @@ def test_trained_nld_greedy_equals_ar_and_accepts_as_the_reference():
     assert sum(d.tokens_per_forward for d in reference_decoders) / len(prompts) > 1.2
 
 
+def assert_capped_equals_ar(engine_dir, prompts, monkeypatch, cap_widths) -> None:
+    """With the planner's caps replaced by `cap_widths(planner, keys, decoders)`, quadratic's greedy tokens are vLLM's
+    own AR tokens."""
+    from parallel_decoding.vllm_plugin import quadratic_self_spec
+
+    monkeypatch.setattr(quadratic_self_spec, "cap_widths", cap_widths)
+    greedy = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True)
+    with engine(engine_dir["qwen3"]) as llm:
+        want = llm.generate(prompts, greedy)
+    with engine(engine_dir["qwen3"], SPEC) as llm:
+        got = llm.generate(prompts, greedy)
+    assert [o.outputs[0].token_ids for o in got] == [w.outputs[0].token_ids for w in want]
+
+
 def test_a_request_held_at_no_draft_until_its_last_step(engine_dir, prompts, monkeypatch):
     """A request the planner holds at no draft (its decoder paused, vLLM's sampler taking its plain steps) and gives
     drafts at the step whose token ends it: its decoder, woken, takes that token and plans nothing past its end
     (the engine died on it, 2026-11-29). vLLM's own greedy tokens."""
-    from parallel_decoding.vllm_plugin import quadratic_self_spec
-
     steps: Counter = Counter()
 
     def last_step_only(planner, keys, decoders):
@@ -65,21 +77,13 @@ def test_a_request_held_at_no_draft_until_its_last_step(engine_dir, prompts, mon
             steps[key] += 1  # a step's draft: the request holds as many tokens as it has had steps
             decoder.cap(decoder.most_drafts if steps[key] == MAX_TOKENS else 0)
 
-    monkeypatch.setattr(quadratic_self_spec, "cap_widths", last_step_only)
-    greedy = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True)
-    with engine(engine_dir["qwen3"]) as llm:
-        want = llm.generate(prompts, greedy)
-    with engine(engine_dir["qwen3"], SPEC) as llm:
-        got = llm.generate(prompts, greedy)
+    assert_capped_equals_ar(engine_dir, prompts, monkeypatch, last_step_only)
     assert sorted(set(steps.values())) == [MAX_TOKENS] and len(steps) == len(prompts)
-    assert [o.outputs[0].token_ids for o in got] == [w.outputs[0].token_ids for w in want]
 
 
 def test_requests_capped_at_different_widths_share_a_step(engine_dir, prompts, monkeypatch):
     """The planner caps each request on its own, so one step's windows have groups of different sizes (the engine
     died on it where the planner gave requests different widths, 2026-12-01). vLLM's own greedy tokens."""
-    from parallel_decoding.vllm_plugin import quadratic_self_spec
-
     steps: Counter = Counter()
     mixed = []  # per step, whether requests drafting in it had different widths
 
@@ -92,11 +96,5 @@ def test_requests_capped_at_different_widths_share_a_step(engine_dir, prompts, m
             widths |= {width} - {0}
         mixed.append(len(widths) > 1)
 
-    monkeypatch.setattr(quadratic_self_spec, "cap_widths", varied)
-    greedy = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True)
-    with engine(engine_dir["qwen3"]) as llm:
-        want = llm.generate(prompts, greedy)
-    with engine(engine_dir["qwen3"], SPEC) as llm:
-        got = llm.generate(prompts, greedy)
+    assert_capped_equals_ar(engine_dir, prompts, monkeypatch, varied)
     assert sum(mixed) > 10
-    assert [o.outputs[0].token_ids for o in got] == [w.outputs[0].token_ids for w in want]
