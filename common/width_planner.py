@@ -89,11 +89,12 @@ class StepCost:
         self._fit: tuple[float, float, float] | None = None
         self.unfitted = 0  # steps observed since the last fit
         self._rows = (np.zeros(0), np.zeros(0))  # rows of the measured (plain, drafting) steps behind the fit, sorted
+        self._support_of: dict[tuple[int, bool], int] = {}  # `_supported`, for the current fit
 
     def observe(self, rows: int, drafting: int, seconds: float) -> None:
         """One step that forwarded `rows` in all, verifying drafts or not (`drafting`), took `seconds`."""
         if self.fixed is None and rows > 0 and seconds > 0:
-            scarce = self._fit is not None and self.support(rows, bool(drafting)) < self.SCARCE
+            scarce = self._fit is not None and self._supported(rows, bool(drafting)) < self.SCARCE
             self.steps.append((float(rows), float(drafting), seconds))
             self.unfitted += 1
             if scarce or 2 * self.unfitted >= min(len(self.steps), 2 * self.REFIT_EVERY):
@@ -115,11 +116,20 @@ class StepCost:
         seen = self._rows[int(drafting)]
         return np.searchsorted(seen, rows * self.SIMILAR, "right") - np.searchsorted(seen, rows / self.SIMILAR, "left")
 
+    def _supported(self, rows: int, drafting: bool) -> int:
+        """`support` of one step's rows, remembered until the next fit: a loaded engine's steps repeat their rows,
+        and each is observed."""
+        key = rows, drafting
+        if key not in self._support_of:
+            self._support_of[key] = int(self.support(rows, drafting))
+        return self._support_of[key]
+
     def _current(self) -> tuple[float, float, float]:
         if self._fit is None:
             self._fit, self.unfitted = self.fitted(), 0
             steps = np.array(self.steps, dtype=np.float64).reshape(-1, 3)
             self._rows = np.sort(steps[steps[:, 1] == 0, 0]), np.sort(steps[steps[:, 1] > 0, 0])
+            self._support_of.clear()
         return self._fit
 
     def predict(self, rows: Any, drafting: Any) -> Any:
@@ -353,6 +363,7 @@ class WidthPlanner:
         self.untold: dict[str, tuple[int, int]] = {}  # per request given drafts: its steps told nothing since, width
         self.measured_share = measured_share  # the engines' planners (`planner_for`); else `EXPECTED_SHARE` as is
         self.share_sums = np.array([self.SHARE_PRIOR * self.EXPECTED_SHARE, self.SHARE_PRIOR])  # accepted, expected
+        self.expected_share = self._share()
 
     def branched(self, counts: list[int]) -> None:
         """The recycled branches each drafting request's forward carried this step (a `Shape` with `branches`): their
@@ -550,11 +561,10 @@ class WidthPlanner:
         if keys and (not isinstance(verified, list) or any(verified)):
             self.acceptance.record(keys, verified, accepted)
 
-    @property
-    def expected_share(self) -> float:
+    def _share(self) -> float:
         """The share of the rates' expected tokens a plan counts (`EXPECTED_SHARE`): where `measured_share`, what
-        verified drafts accepted of what the rates expected of them, recent steps weighing more, between
-        `EXPECTED_SHARE` and 1."""
+        verified drafts accepted of what the rates expected of them (`share_sums`, recent steps weighing more), between
+        `EXPECTED_SHARE` and 1. Kept as `expected_share`, which every plan reads."""
         return min(max(float(self.share_sums[0] / self.share_sums[1]), self.EXPECTED_SHARE), 1.0)
 
     def _calibrate(self, keys: list[str], verified: Any, accepted: Any) -> None:
@@ -565,6 +575,7 @@ class WidthPlanner:
         gains = np.where(self.acceptance.positions < verified[:, None], self.acceptance.rates(keys).cumprod(1), 0.0)
         got = np.minimum(np.asarray(accepted, dtype=np.int64), verified)
         self.share_sums = self.share_sums * self.SHARE_DECAY + np.array([got.sum(), gains.sum()])
+        self.expected_share = self._share()
 
     def forget(self, keys: list[str] | set[str]) -> None:
         self.acceptance.forget(keys)

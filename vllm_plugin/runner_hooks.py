@@ -146,7 +146,8 @@ def install() -> None:
         finally:
             generators.update(spared)
         if isinstance(output, ModelRunnerOutput) and output is not EMPTY_MODEL_RUNNER_OUTPUT and output.req_ids:
-            setattr(output, CARRIED, self.take_draft_token_ids())  # our scheduler takes them from here
+            drafts = self.take_draft_token_ids()  # our scheduler takes them from here; None where none drafted
+            setattr(output, CARRIED, drafts if drafts is not None and any(drafts.draft_token_ids) else None)
         return output
 
     @functools.wraps(model_forward)

@@ -45,9 +45,9 @@ def test_a_plan_expects_less_than_the_requests_recent_steps_say(monkeypatch):
         accepting(plan, ["a"], [1])
         widths[per_row] = plan.plan(["a"], [8]).tolist()
     assert widths == {2.0: [1], 9.0: [0], 0.0: [8]}
+    monkeypatch.setattr(WidthPlanner, "EXPECTED_SHARE", 1.0)
     plan = planner((1.0, 9.0, 0.0))
     accepting(plan, ["a"], [1])
-    monkeypatch.setattr(WidthPlanner, "EXPECTED_SHARE", 1.0)
     assert plan.plan(["a"], [8]).tolist() == [1]
 
 
