@@ -437,10 +437,10 @@ def main() -> None:
     for repeat, size, checkpoint, name, spec in [(r, *step) for r in range(args.repeats) for step in plan]:
         key = (repeat, size, checkpoint) if serving else (repeat, size, checkpoint, name)
         groups.setdefault(key, {})[name] = spec  # the same ngram width for two methods on one checkpoint: once
+    unpipelined = functools.partial(VllmRun, async_scheduling=False)  # `SYNC_AR`
     for (_, size, checkpoint, *_), chosen_specs in tqdm(groups.items(), desc=f"{args.engine} bench"):
         model = str(paths[checkpoint])
         if serving:
-            unpipelined = functools.partial(VllmRun, async_scheduling=False)  # `SYNC_AR`
             results = alternate({name: (unpipelined if name == SYNC_AR else serving,
                                         (model, spec, size, args.max_tokens, args.rounds, prompts, dtype_here,
                                          max_model_len)) for name, spec in chosen_specs.items()}, args.rounds)

@@ -42,9 +42,9 @@ def take_carried_drafts() -> None:
             return post_step(self, model_executed)
         self.scheduler.carried = None
         drafts = carried[0]
-        # No request drafted (a plain AR step): each scheduled request's drafts were emptied as it was scheduled.
-        if model_executed and self.check_for_draft_tokens and not self.async_scheduling and drafts is not None \
-                and any(drafts.draft_token_ids):
+        # None: no request drafted (a plain AR step; the worker carries none, `runner_hooks`), and each scheduled
+        # request's drafts were emptied as it was scheduled.
+        if model_executed and self.check_for_draft_tokens and not self.async_scheduling and drafts is not None:
             self.scheduler.update_draft_token_ids(drafts)
         return None
 
