@@ -70,7 +70,12 @@ class StepCost:
     a measured cost is a guess, not a measurement). The fit is redone as steps come in, every `REFIT_EVERY` of them once
     there are enough (a step's planning should cost next to nothing beside a GPU's forward), and at once after a step
     of a kind (plain or drafting) of whose rows it has fewer than `SCARCE` behind it: such a step is what the plan
-    waits for (`WidthPlanner.PLAIN_PROBES`)."""
+    waits for (`WidthPlanner.PLAIN_PROBES`). Where `skips_cold` (an engine's, `planner_for`), the first step of each
+    kind and row count is left out: it runs cold (new shapes for the kernels; vLLM on CPU, tiny checkpoints: up to
+    1.5x what the same step takes after), and a plan priced by a cold drafting step holds every request at plain
+    steps, which never measure drafting again, until the window drops it (vLLM, tiny NLD checkpoint, batch 1,
+    2026-12-01: 128 plain steps with a drafting step fitted at 11 ms over a plain one, 4-5 ms warm;
+    docs/adaptive-widths.md)."""
 
     PRIOR = (1.0, 0.025, 1.0)  # base, per row, per drafting step; in units of the base
     PRIOR_ONE_FORWARD = (1.0, 0.025, 0.25)
@@ -79,8 +84,8 @@ class StepCost:
     SCARCE = 4
 
     def __init__(self, fixed: tuple[float, float, float] | None = None, window: int = 128,
-                 prior_weight: float = 4.0, prior: tuple[float, float, float] = PRIOR, exact: bool | None = None
-                 ) -> None:
+                 prior_weight: float = 4.0, prior: tuple[float, float, float] = PRIOR, exact: bool | None = None,
+                 skips_cold: bool = False) -> None:
         self.fixed = fixed
         self.exact = fixed is not None if exact is None else exact
         self.prior = prior
@@ -90,10 +95,16 @@ class StepCost:
         self.unfitted = 0  # steps observed since the last fit
         self._rows = (np.zeros(0), np.zeros(0))  # rows of the measured (plain, drafting) steps behind the fit, sorted
         self._support_of: dict[tuple[int, bool], int] = {}  # `_supported`, for the current fit
+        self.skips_cold = skips_cold
+        self.warm: set[tuple[int, int]] = set()  # (rows, drafting) of the kinds of step run once already
 
     def observe(self, rows: int, drafting: int, seconds: float) -> None:
-        """One step that forwarded `rows` in all, verifying drafts or not (`drafting`), took `seconds`."""
+        """One step that forwarded `rows` in all, verifying drafts or not (`drafting`), took `seconds` (not counted
+        where it is the first of its kind and rows and the fit `skips_cold`)."""
         if self.fixed is None and rows > 0 and seconds > 0:
+            if self.skips_cold and (shape := (int(rows), int(drafting))) not in self.warm:
+                self.warm.add(shape)
+                return
             scarce = self._fit is not None and self._supported(rows, bool(drafting)) < self.SCARCE
             self.steps.append((float(rows), float(drafting), seconds))
             self.unfitted += 1
@@ -183,10 +194,13 @@ class AcceptanceTable:
     """Per request and draft position: how often the position was verified and accepted (recent steps weigh more,
     by `decay` per step of the request), read as a conditional acceptance rate shrunk towards the method's own rate
     over its recent requests (`prior_strength` steps' worth), itself starting from an optimistic `initial`
-    (`initial_strength` steps' worth). The method weighs 8 steps against a request's own 10 at most (decay 0.9): a
-    step's acceptance is bursty (Jacobi's windows accept nothing for several steps, then 5 to 7 drafts at once), and
-    a request read from its last few steps alone was held at no draft after every run of failures, its drafts going
-    stale (batch 1: 0.92x the fixed width against 1.03x with this prior, 2026-11-30, docs/adaptive-widths.md).
+    (`initial_strength` steps' worth: with 2, a process's first verification accepting nothing put the method at
+    0.53, and its next two requests at batch 1 took 122 plain steps each, never drafting again; quadratic
+    `diffusion_self` in vLLM, tiny checkpoint, 2026-12-01). The method weighs 8 steps against a request's own 10 at
+    most (decay 0.9): a step's acceptance is bursty (Jacobi's windows accept nothing for several steps, then 5 to 7
+    drafts at once), and a request read from its last few steps alone was held at no draft after every run of
+    failures, its drafts going stale (batch 1: 0.92x the fixed width against 1.03x with this prior, 2026-11-30,
+    docs/adaptive-widths.md).
 
     Evidence also fades while a request does not draft (`tick`, once a planned step: every `FORGET_EVERY` of them
     the counts of requests that verified nothing since are decayed as many steps), and the method's own while none
@@ -196,7 +210,7 @@ class AcceptanceTable:
     FORGET_EVERY = 8
 
     def __init__(self, max_width: int, prior_strength: float = 8.0, decay: float = 0.9, initial: float = 0.8,
-                 method_decay: float = 0.995, initial_strength: float = 2.0) -> None:
+                 method_decay: float = 0.995, initial_strength: float = 8.0) -> None:
         self.max_width = max_width
         self.prior_strength, self.decay, self.method_decay = prior_strength, decay, method_decay
         self.initial, self.initial_strength = initial, initial_strength
@@ -299,7 +313,7 @@ def planner_for(config: Any, max_width: int, shape: Shape, measured: bool = True
     elif not measured:
         cost = StepCost(prior, prior=prior, exact=False)
     else:
-        cost = StepCost(prior=prior)
+        cost = StepCost(prior=prior, skips_cold=True)
     return WidthPlanner(max_width, shape, cost, measured_share=True)
 
 

@@ -65,7 +65,7 @@ def test_the_share_a_plan_expects_is_measured_and_never_below_the_constant():
             shares[measured, accepted] = plan.expected_share, float(plan.share_sums[0] / plan.share_sums[1])
     # one accepted draft a step: 2 tokens for 19 s against 1 for 10 at the whole share, 1.8 for 19 at 0.8
     assert widths == {(False, 1): [0], (True, 1): [1], (False, 0): [0], (True, 0): [0]}
-    assert shares[True, 1][0] > 0.95 and shares[False, 1][0] == WidthPlanner.EXPECTED_SHARE
+    assert shares[True, 1][0] > 0.9 and shares[False, 1][0] == WidthPlanner.EXPECTED_SHARE
     assert shares[True, 0][0] == WidthPlanner.EXPECTED_SHARE and shares[True, 0][1] < 0.5  # measured below: floored
     assert plan.describe()["expected_share"] == WidthPlanner.EXPECTED_SHARE
 
@@ -206,6 +206,18 @@ def test_acceptance_is_conditional_per_position_and_shrunk_to_the_method():
     assert "x" not in table.slots and table.rates(["x"])[0, 0] == rates[1, 0]
 
 
+def test_one_failed_verification_does_not_set_the_method_against_drafting():
+    """The method's rate starts optimistic with the weight of `initial_strength` verifications: one first verification
+    accepting nothing leaves it above 0.7 (with 2 it fell to 0.53, and at batch 1 the next requests never drafted);
+    a run of them brings it down."""
+    table = AcceptanceTable(4)
+    table.record(["x"], [3], [0])
+    assert table.rates(["fresh"])[0, 0] > 0.7
+    for _ in range(15):
+        table.record(["x"], [3], [0])
+    assert table.rates(["fresh"])[0, 0] < 0.4
+
+
 def test_the_cost_model_fits_measured_steps():
     cost = StepCost()
     for rows in (1, 4, 8, 16, 32, 64, 9, 18):
@@ -275,8 +287,10 @@ def test_planner_for_follows_the_config_and_reports_at_most_every_interval():
     assert planner_for(parse_config("jacobi", {"adaptive": False}), 4, Shape()) is None
     plan = planner_for(parse_config("jacobi", {"block_size": 4}), 4, Shape())
     assert plan is not None and plan.cost.fixed is None and plan.measured_share
-    assert plan.observe(8, 0, 0.05)["measured_steps"] == 1 and plan.observe(8, 0, 0.05) is None
-    assert len(plan.cost.steps) == 2
+    # an engine's fit leaves out the first step of each kind and rows (it runs cold)
+    assert plan.observe(8, 0, 0.05)["measured_steps"] == 0 and plan.observe(8, 0, 0.05) is None
+    plan.observe(8, 1, 0.05)
+    assert len(plan.cost.steps) == 1
     assert planner_for(parse_config("jacobi", {"step_cost": [1, 0, 0]}), 4, Shape()).cost.coefficients == [1, 0, 0]
     # Several workers planning the same batch (tensor parallel) share the prior's cost model, never their timings.
     shared = planner_for(parse_config("jacobi", {"block_size": 4}), 4, Shape(), measured=False)
@@ -286,6 +300,27 @@ def test_planner_for_follows_the_config_and_reports_at_most_every_interval():
     assert planner_for(parse_config("diffusion_self", {}), 4, Shape(extra_forward=True)).cost.prior == StepCost.PRIOR
     assert planner_for(parse_config("jacobi", {"step_cost": [1, 0, 0]}), 4, Shape(), measured=False
                        ).cost.coefficients == [1, 0, 0]
+
+
+def test_a_cold_first_drafting_step_does_not_hold_an_engines_plans_at_plain_steps():
+    """The first step of a kind and rows runs cold (new shapes for the kernels): an engine's planner leaves it out of
+    its fit, and a drafting step that took ten plain steps' time once, cold, does not price drafting for the plans
+    after it, which would then hold every request at plain steps that never measure drafting again."""
+    from parallel_decoding.common.methods import parse_config
+    from parallel_decoding.common.width_planner import planner_for
+
+    plan = planner_for(parse_config("diffusion_self", {}), 7, Shape(extra_forward=True))
+    assert plan.cost.skips_cold
+    for _ in range(32):
+        plan.observe(1, 0, 0.005)
+    plan.observe(8, 1, 0.05)  # cold: ten plain steps' time
+    accepting(plan, ["a"], [5])
+    assert plan.plan(["a"], [7]).tolist() == [5]  # the drafts it accepts
+    plan.cost.skips_cold = False  # the same step counted: drafting looks dear enough to hold the request plain
+    plan.cost.warm.clear()
+    plan.cost.observe(8, 1, 0.05)
+    plan.cost.observe(8, 1, 0.05)
+    assert plan.plan(["a"], [7]).tolist() == [0]
 
 
 def rate(plan: WidthPlanner, gains: torch.Tensor, widths: list[int]) -> float:
