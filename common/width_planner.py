@@ -195,7 +195,7 @@ class AcceptanceTable:
     by `decay` per step of the request), read as a conditional acceptance rate shrunk towards the method's own rate
     over its recent requests (`prior_strength` steps' worth), itself starting from an optimistic `initial`
     (`initial_strength` steps' worth: with 2, a process's first verification accepting nothing put the method at
-    0.53, and its next two requests at batch 1 took 122 plain steps each, never drafting again; quadratic
+    0.53, and that request and the next at batch 1 took 122 plain steps each, neither drafting again; quadratic
     `diffusion_self` in vLLM, tiny checkpoint, 2026-12-01). The method weighs 8 steps against a request's own 10 at
     most (decay 0.9): a step's acceptance is bursty (Jacobi's windows accept nothing for several steps, then 5 to 7
     drafts at once), and a request read from its last few steps alone was held at no draft after every run of
