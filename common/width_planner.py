@@ -15,7 +15,7 @@ several threads, costs ten (0.6 ms a step at batch 1 on the 2-core CPU, measured
 import statistics
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -222,6 +222,7 @@ class AcceptanceTable:
         self.drafted = np.zeros(0, dtype=bool)  # per slot: verified a draft since the last forgetting
         self.ticks = 0
         self.positions = np.arange(max_width)
+        self._rates: tuple[tuple[tuple[str, ...], int], np.ndarray] | None = None  # the last `rates`: keys, version
 
     def slot(self, key: str) -> int:
         if key not in self.slots:
@@ -236,13 +237,20 @@ class AcceptanceTable:
         return self.slots[key]
 
     def rates(self, keys: list[str]) -> np.ndarray:
-        """[len(keys), max_width] conditional acceptance rates."""
+        """[len(keys), max_width] conditional acceptance rates (read-only: the last ones are kept for the same keys
+        until a change, since a step's verification weighs its drafts by the rates its plan read)."""
+        asked = tuple(keys), self.version
+        if self._rates is not None and self._rates[0] == asked:
+            return self._rates[1]
         tried, accepted = self.method
         strength = self.prior_strength
         method_rate = (accepted + self.initial_strength * self.initial) / (tried + self.initial_strength)
         slots = [self.slot(key) for key in keys]  # first: a new key may grow the table
         counts = self.counts[slots]
-        return (counts[:, 1] + strength * method_rate) / (counts[:, 0] + strength)
+        rates = (counts[:, 1] + strength * method_rate) / (counts[:, 0] + strength)
+        rates.flags.writeable = False
+        self._rates = asked, rates
+        return rates
 
     def record(self, keys: list[str], verified: Any, accepted: Any) -> None:
         """Each request verified `verified` drafts and accepted the first `accepted` of them (a step in which none
@@ -360,6 +368,15 @@ class WidthPlanner:
     # docs/adaptive-widths.md).
     UNTOLD_STEPS = 3
     BRANCHES_DECAY = 0.95
+    # Among plans that draft, the widest whose expected rate is within `WIDER_WITHIN` of the best one's, not the best
+    # itself: near its best the rate hardly moves with the width, and what decides there is what the fit cannot see.
+    # A step's cost is linear in its rows only on average (kernels pad rows to tiles, CUDA graphs to the captured
+    # sizes: vLLM on CPU, tiny NLD checkpoint, batch 1, 2026-12-01, a drafting step of 16 rows took 11.4 ms and one of
+    # 14 rows 12.3), and the rates of late positions rest on the few verifications that reached them. Linear
+    # `diffusion_self` there expected 0.240 tokens a millisecond of its configured 7 drafts and of 4 alike, and drafted
+    # 4-5 where its pinned width drafts 7; a loss of at most this share by the plan's own estimate. A request's drafts
+    # only: one the best plan holds at no draft stays there (its rates say least of all).
+    WIDER_WITHIN = 0.02
 
     def __init__(self, max_width: int, shape: Shape = Shape(), cost: StepCost | None = None,
                  acceptance: AcceptanceTable | None = None, measured_share: bool = False) -> None:
@@ -488,16 +505,26 @@ class WidthPlanner:
         tokens = batch + np.concatenate([[0.0], gains.ravel()[order].cumsum()])  # taking the first n pairs
         rows = batch + np.concatenate([[0.0], marginal[order % width].cumsum()])
         seconds = self.cost.predict(rows, np.arange(batch * width + 1) > 0)
-        best = self._best(tokens / seconds, rows)
+        useful = 1 + int(np.count_nonzero(key.ravel() > 0))  # pairs that gain anything come first
+        owners = order[: useful - 1] // width
+
+        def drafting(best: int) -> np.ndarray:  # the plans that add pairs only to requests the best one drafts for
+            taken = np.zeros(batch, dtype=bool)
+            taken[owners[:best]] = True
+            return np.concatenate([np.ones(best + 1, dtype=bool), np.logical_and.accumulate(taken[owners[best:]])])
+
+        best = self._best((tokens / seconds)[:useful], rows[:useful], drafting)
         return np.bincount(order[:best] // width, minlength=batch)
 
     def _uniform(self, gains: np.ndarray) -> np.ndarray:
         """One width w for the whole batch, every request forwarding 1 + w rows (and as many drafting)."""
         batch, width = gains.shape
         w = np.arange(width + 1)
-        tokens = batch + np.concatenate([[0.0], gains.sum(0).cumsum()])
-        rows = batch * self.shape.rows(w)
-        return np.full(batch, self._best(tokens / self.cost.predict(rows, w > 0), rows), dtype=np.int64)
+        gained = gains.sum(0)  # never rising with the position
+        useful = 1 + int(np.count_nonzero(gained > 0))
+        tokens = batch + np.concatenate([[0.0], gained.cumsum()])[:useful]
+        rows = batch * self.shape.rows(w[:useful])
+        return np.full(batch, self._best(tokens / self.cost.predict(rows, w[:useful] > 0), rows), dtype=np.int64)
 
     def margins(self, rows: Any, plain_rows: float) -> np.ndarray:
         """For drafting steps of each of `rows`, against a plain step of `plain_rows`: how much more than the plain step
@@ -515,15 +542,21 @@ class WidthPlanner:
         settled = self.MARGIN_SETTLED / np.maximum(support, self.MARGIN_SETTLED)
         return 1.0 + (self.DRAFTING_MARGIN - 1.0) * np.sqrt(settled)
 
-    def _best(self, rates: np.ndarray, rows: np.ndarray) -> int:
-        """The index of the best of `rates` (tokens per second of steps of `rows`; index 0 the plain step), each
-        drafting step's discounted by its margin; the first of equal ones (the fewest rows). The plain step while
-        the measured cost has seen fewer than `PLAIN_PROBES` like it."""
+    def _best(self, rates: np.ndarray, rows: np.ndarray,
+              widening: Callable[[int], np.ndarray] | None = None) -> int:
+        """The index of the best of `rates` (tokens per second of steps of `rows`, with more rows at each index; index 0
+        the plain step), each drafting step's discounted by its margin; where that is a drafting step, the last within
+        `WIDER_WITHIN` of it (and among those `widening(best)` allows). The plain step while the measured cost has seen
+        fewer than `PLAIN_PROBES` like it."""
         margins = self.margins(rows, float(rows[0]))
         margins[0] = 1.0
-        best = int(np.argmax(rates / margins))
+        scores = rates / margins
+        best = int(np.argmax(scores))
         if best and self.cost.fixed is None and self.cost.support(rows[0], drafting=False) < self.PLAIN_PROBES:
             return 0
+        if best:  # the widest drafting plan within `WIDER_WITHIN` of the best (of those `widening` allows)
+            within = scores >= (1.0 - self.WIDER_WITHIN) * scores[best]
+            best = int(np.flatnonzero(within if widening is None else within & widening(best))[-1])
         return best
 
     def began(self, keys: Sequence[str]) -> None:

@@ -18,8 +18,10 @@ held-out chat prompts rendered with its chat template (`scripts.chat_prompts`).
 records {engine, checkpoint, method, config, batch_size, tokens_per_second, tokens_per_forward, p_cache,
 acceptance_length, acceptance_histogram, planner, speedup, speedups, conversion}. A method that chooses its widths
 by load (`common.width_planner`, the default of `jacobi` and linear `diffusion_self`) also runs pinned to its
-configured width (`NAME-fixed`, `"adaptive": false`); `planner` is what the planner chose and its fitted cost model
-(null where the method does not adapt). Speedup is over AR on the same checkpoint and batch size in the same run.
+configured width (`NAME-fixed`, `"adaptive": false`), and its record has `over_fixed` (its speed over the pinned
+width's, round by round in the same run: the median of its runs'; `over_fixed_runs`: each run's); `planner` is what
+the planner chose and its fitted cost model (null where the method does not adapt). Speedup is over AR on the same
+checkpoint and batch size in the same run.
 The engines of a batch size and checkpoint (AR, the methods, their peers) are up at once, each in a process of its
 own, and time one batch each in turn, round r starting from the r-th (`scripts.alternating`; this machine's pace
 drifts by more than what is measured within minutes): a run's speedup is the median of its rounds' ratios to AR's
@@ -299,7 +301,10 @@ def summarise(engine: str, runs: dict[tuple, list[dict]], specs: dict[tuple, dic
     """One record per (batch size, checkpoint, method) from its runs `runs[key]` (one per repeat; AR's is the
     baseline): the run whose speedup over the AR run of the same repeat is the median (`speedups`: every repeat's).
     A run timed a batch at a time beside its AR run (`rounds_tokens_per_second`, vLLM's `alternating` engines) is
-    set beside it round by round: its speedup is the median of its rounds' ratios."""
+    set beside it round by round: its speedup is the median of its rounds' ratios. A method also run pinned to its
+    configured width (`NAME-fixed`) is set beside that run of the same repeat the same way: `over_fixed`, the median
+    over the repeats (`over_fixed_runs`: each repeat's), compares them in the same batches at the same moments
+    instead of through two runs' AR."""
     def speedup(run: dict, ar: dict) -> float:
         rounds, ar_rounds = run.get("rounds_tokens_per_second"), ar.get("rounds_tokens_per_second")
         if rounds and ar_rounds and len(rounds) == len(ar_rounds):
@@ -316,6 +321,9 @@ def summarise(engine: str, runs: dict[tuple, list[dict]], specs: dict[tuple, dic
         records.append({"engine": engine, "checkpoint": checkpoint, "method": name, "config": specs[key],
                         "batch_size": size, **result, "speedup": chosen, "speedups": speedups,
                         "conversion": chosen / result["tokens_per_forward"] if result["tokens_per_forward"] else None})
+        if (pinned := runs.get((size, checkpoint, f"{name}-fixed"))) is not None:
+            over = [speedup(r, p) for r, p in zip(results, pinned, strict=True)]
+            records[-1].update(over_fixed=statistics.median(over), over_fixed_runs=over)
     return records
 
 

@@ -315,7 +315,7 @@ def test_a_cold_first_drafting_step_does_not_hold_an_engines_plans_at_plain_step
         plan.observe(1, 0, 0.005)
     plan.observe(8, 1, 0.05)  # cold: ten plain steps' time
     accepting(plan, ["a"], [5])
-    assert plan.plan(["a"], [7]).tolist() == [5]  # the drafts it accepts
+    assert plan.plan(["a"], [7]).tolist()[0] >= 5  # the drafts it accepts (or more: `WIDER_WITHIN`)
     plan.cost.skips_cold = False  # the same step counted: drafting looks dear enough to hold the request plain
     plan.cost.warm.clear()
     plan.cost.observe(8, 1, 0.05)
@@ -341,10 +341,12 @@ def test_quadratic_rows_grow_with_the_square_of_the_width():
         gains = plan.acceptance.rates(["a", "b"]).cumprod(1)
         widths = plan.plan(["a", "b"], [8, 8]).tolist()
         best = max(rate(plan, gains, [i, j]) for i in range(9) for j in range(9))
-        assert rate(plan, gains, widths) >= 0.99 * best, (cost, widths)
-        for key, gain in zip(["a", "b"], gains, strict=True):  # alone: exactly the best width
+        within = 1.0 - WidthPlanner.WIDER_WITHIN  # the widest plan that close to the best
+        assert rate(plan, gains, widths) >= 0.99 * within * best, (cost, widths)
+        for key, gain in zip(["a", "b"], gains, strict=True):  # alone: the widest within that of the best width
             alone = plan.plan([key], [8]).tolist()
-            assert rate(plan, gain[None], alone) == max(rate(plan, gain[None], [w]) for w in range(9))
+            rates = [rate(plan, gain[None], [w]) for w in range(9)]
+            assert alone[0] == max(w for w in range(9) if rates[w] >= within * max(rates))
     assert planner((1.0, 0.0, 0.0), shape).plan(KEYS, [8] * 4).tolist() == [8] * 4
     assert planner((1.0, 1.0, 0.0), shape).plan(KEYS, [8] * 4).tolist() == [0] * 4
     linear, quadratic = planner((1.0, 0.01, 0.0)), planner((1.0, 0.01, 0.0), shape)
@@ -559,3 +561,26 @@ def test_a_request_given_drafts_keeps_them_until_a_step_of_it_is_told():
     plan.cost.fixed = (1.0, 5.0, 0.0)
     plan.record(["a"], [4], [1])  # told: planned afresh at once
     assert plan.plan(["a"], [4]).tolist() == [0]
+
+
+def test_a_request_drafts_the_widest_width_within_a_small_share_of_the_best(monkeypatch):
+    """Near its best the rate hardly moves with the width: the plan takes the widest width whose expected rate is
+    within `WIDER_WITHIN` of the best one's (what a fitted linear cost cannot see, padded rows, decides there), and
+    only for requests the best plan drafts for."""
+    shape = Shape(extra_forward=True)
+    widened = 0
+    for per_row in (0.0, 0.005, 0.01, 0.02, 0.04):
+        plan = planner((1.0, per_row, 0.5), shape)
+        for accepted in (4, 2, 6, 3) * 5:
+            accepting(plan, ["a"], [accepted], steps=1)
+        gains = plan.expected_share * plan.acceptance.rates(["a"]).cumprod(1)
+        rates = [(1 + float(gains[0, :w].sum())) / float(plan.cost.predict(shape.rows(w), w > 0)) for w in range(9)]
+        best = max(range(9), key=rates.__getitem__)
+        expected = max(w for w in range(9) if rates[w] >= (1 - WidthPlanner.WIDER_WITHIN) * rates[best]) if best else 0
+        assert plan.plan(["a"], [8]).tolist() == [expected], per_row
+        widened += expected > best
+        monkeypatch.setattr(WidthPlanner, "WIDER_WITHIN", 0.0)
+        plan._last = None
+        assert plan.plan(["a"], [8]).tolist() == [best]
+        monkeypatch.undo()
+    assert widened >= 2, widened

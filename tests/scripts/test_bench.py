@@ -50,6 +50,23 @@ def test_alternating_runs_are_set_beside_ar_round_by_round():
     assert jacobi["speedup"] == 0.95 and jacobi["speedups"] == [0.95]
 
 
+def test_an_adaptive_method_is_set_beside_its_pinned_width_in_the_same_run():
+    """`over_fixed`: the method's rounds over its pinned width's (`NAME-fixed`) of the same repeat, median over
+    rounds, then over repeats; a record without a pinned run has none."""
+    def run(rounds: list[float]) -> dict:
+        return {"tokens_per_second": sum(rounds) / len(rounds), "tokens_per_forward": 1.0,
+                "rounds_tokens_per_second": rounds}
+
+    runs = {(1, "nld", "ar"): [run([10.0, 10.0, 10.0])] * 3,
+            (1, "nld", "jacobi"): [run([20.0, 30.0, 10.0]), run([20.0, 20.0, 20.0]), run([40.0, 40.0, 40.0])],
+            (1, "nld", "jacobi-fixed"): [run([20.0, 20.0, 20.0]), run([40.0, 20.0, 40.0]), run([40.0, 40.0, 40.0])]}
+    specs = {(1, "nld", "ar"): None, (1, "nld", "jacobi"): {"method": "jacobi"},
+             (1, "nld", "jacobi-fixed"): {"method": "jacobi", "adaptive": False}}
+    ar, jacobi, fixed = summarise("vllm", runs, specs)
+    assert jacobi["over_fixed_runs"] == [1.0, 0.5, 1.0] and jacobi["over_fixed"] == 1.0
+    assert "over_fixed" not in ar and "over_fixed" not in fixed
+
+
 def test_alternate_keeps_engines_up_and_rotates_their_rounds(tmp_path):
     """Every engine is built once and times one batch a round, round r starting from the r-th engine; each record
     carries its rounds' rates; an engine's failure is raised with its name."""
