@@ -61,13 +61,9 @@ class Shape:
 
 class StepCost:
     """Seconds of a step as `base + per_row * rows + per_drafting * drafting`, least squares over the last
-    `window` measured steps of each kind (plain, drafting) plus a prior worth `prior_weight` steps at the measured
-    scale, which settles what the steps seen cannot (all of one width). Kept per kind, where most steps are of one
-    kind (batch 1 drafts in nearly every step, a loaded batch in nearly none) the other's measurements are not pushed
-    out by them: with one window of 128, a process at batch 1 took plain steps to measure again every 137 steps
-    (`WidthPlanner.PLAIN_PROBES`), after which Jacobi's drafts are stale (vLLM, tiny checkpoint, 2026-12-02: 0.92x
-    its pinned width; docs/adaptive-widths.md). `drafting` is 1 for a step that verifies drafts: what it costs beyond
-    its rows, a draft forward of its own (linear `diffusion_self`) or the engine's path for windows instead of its plain
+    `window` measured steps plus a prior worth `prior_weight` steps at the measured scale, which settles what the
+    steps seen cannot (all of one width). `drafting` is 1 for a step that verifies drafts: what it costs beyond its
+    rows, a draft forward of its own (linear `diffusion_self`) or the engine's path for windows instead of its plain
     decode step. The prior: a wide step of 16 rows costs 1.4x one row, a drafting step a base more with a draft
     forward (`PRIOR`), a quarter of one without (`PRIOR_ONE_FORWARD`). `fixed` coefficients are used as given and
     never refitted (tests, reproducing a run), and taken as `exact` unless told otherwise (the prior standing in for
@@ -93,8 +89,7 @@ class StepCost:
         self.fixed = fixed
         self.exact = fixed is not None if exact is None else exact
         self.prior = prior
-        # (rows, drafting, seconds) of the measured plain and drafting steps
-        self.kinds: tuple[deque, deque] = deque(maxlen=window), deque(maxlen=window)
+        self.steps: deque[tuple[float, float, float]] = deque(maxlen=window)  # rows, drafting, seconds
         self.prior_weight = prior_weight
         self._fit: tuple[float, float, float] | None = None
         self.unfitted = 0  # steps observed since the last fit
@@ -111,20 +106,10 @@ class StepCost:
                 self.warm.add(shape)
                 return
             scarce = self._fit is not None and self._supported(rows, bool(drafting)) < self.SCARCE
-            self.kinds[bool(drafting)].append((float(rows), float(drafting), seconds))
+            self.steps.append((float(rows), float(drafting), seconds))
             self.unfitted += 1
-            if scarce or 2 * self.unfitted >= min(self.measured, 2 * self.REFIT_EVERY):
+            if scarce or 2 * self.unfitted >= min(len(self.steps), 2 * self.REFIT_EVERY):
                 self._fit = None
-
-    @property
-    def measured(self) -> int:
-        """Steps behind the next fit."""
-        return len(self.kinds[0]) + len(self.kinds[1])
-
-    @property
-    def steps(self) -> list[tuple[float, float, float]]:
-        """The measured steps behind the next fit: (rows, drafting, seconds), the plain ones first."""
-        return [*self.kinds[0], *self.kinds[1]]
 
     @property
     def coefficients(self) -> tuple[float, float, float]:
@@ -598,7 +583,7 @@ class WidthPlanner:
         described = {"steps": self.stats.steps, "ar_share": round(self.stats.ar_share, 4),
                      "drafts_per_step": round(self.stats.drafts / max(self.stats.steps, 1), 3),
                      "step_ms": round(1e3 * base, 3), "row_ms": round(1e3 * per_row, 4),
-                     "drafting_step_ms": round(1e3 * per_drafting, 3), "measured_steps": self.cost.measured,
+                     "drafting_step_ms": round(1e3 * per_drafting, 3), "measured_steps": len(self.cost.steps),
                      "outside_ms": round(1e3 * self.gap.seconds, 3), "expected_share": round(self.expected_share, 3)}
         if self.branches:
             described["branches"] = round(self.branches, 3)  # the recycled branches a drafting forward carries

@@ -541,12 +541,6 @@ def test_a_step_drafts_only_once_plain_steps_like_the_batch_are_measured():
             widths.append(int(plan.plan(["a"], [8])[0]))
             plan.observe(1 + widths[-1], int(widths[-1] > 0), 4.0 if widths[-1] else plain_seconds)
         assert widths == [0] * WidthPlanner.PLAIN_PROBES + [drafts] * 2, (plain_seconds, widths)
-        # Drafting from then on, the measured plain steps stay behind the fit (its window is per kind): no probe again.
-        if drafts:
-            for _ in range(3 * 128):
-                widths.append(int(plan.plan(["a"], [8])[0]))
-                plan.observe(1 + widths[-1], int(widths[-1] > 0), 4.0 if widths[-1] else plain_seconds)
-            assert 0 not in widths[WidthPlanner.PLAIN_PROBES:] and len(cost.kinds[0]) == WidthPlanner.PLAIN_PROBES
 
 
 def test_a_request_given_drafts_keeps_them_until_a_step_of_it_is_told():
