@@ -374,8 +374,8 @@ class WidthPlanner:
     # sizes: vLLM on CPU, tiny NLD checkpoint, batch 1, 2026-12-01, a drafting step of 16 rows took 11.4 ms and one of
     # 14 rows 12.3), and the rates of late positions rest on the few verifications that reached them. Linear
     # `diffusion_self` there expected 0.240 tokens a millisecond of its configured 7 drafts and of 4 alike, and drafted
-    # 4-5 where its pinned width drafts 7; a loss of at most this share by the plan's own estimate. A request's drafts
-    # only: one the best plan holds at no draft stays there (its rates say least of all).
+    # 4 to 6 in most steps where its pinned width drafts 7; a loss of at most this share by the plan's own estimate. A
+    # request's drafts only: one the best plan holds at no draft stays there (its rates say least of all).
     WIDER_WITHIN = 0.02
 
     def __init__(self, max_width: int, shape: Shape = Shape(), cost: StepCost | None = None,
