@@ -12,6 +12,7 @@ forward, and numpy's operation costs about a microsecond where torch's, in a ser
 several threads, costs ten (0.6 ms a step at batch 1 on the 2-core CPU, measured: docs/adaptive-widths.md).
 """
 
+import itertools
 import statistics
 import time
 from collections import deque
@@ -253,20 +254,34 @@ class AcceptanceTable:
         return rates
 
     def record(self, keys: list[str], verified: Any, accepted: Any) -> None:
-        """Each request verified `verified` drafts and accepted the first `accepted` of them (a step in which none
-        drafted changes nothing)."""
-        verified = np.minimum(np.asarray(verified, dtype=np.int64), self.max_width)
-        drafting = verified > 0
+        """Steps of the requests `keys`, in order (`verified`, `accepted`: [steps, len(keys)], or one step's
+        [len(keys)]): in each, each request verified `verified` drafts and accepted the first `accepted` of them. A
+        step in which none drafted changes nothing; one in which a request drafted is a step of its decay."""
+        verified = np.minimum(np.atleast_2d(np.asarray(verified, dtype=np.int64)), self.max_width)
+        accepted = np.minimum(np.atleast_2d(np.asarray(accepted, dtype=np.int64)), verified)
+        drafting = verified > 0  # [step, request]
         if not drafting.any():
             return
-        accepted = np.asarray(accepted, dtype=np.int64)
-        tried = self.positions < np.minimum(accepted + 1, verified)[:, None]
-        step = np.stack([tried, self.positions < accepted[:, None]], 1)  # [request, (tried, accepted), position]
-        slots = np.array([self.slot(key) for key in keys], dtype=np.int64)[drafting]
-        self.counts[slots] = self.counts[slots] * self.decay + step[drafting]
+        positions = self.positions
+        step = np.stack([positions < np.minimum(accepted + 1, verified)[..., None],
+                         positions < accepted[..., None]], 2).astype(np.float64)  # [step, request, (tried, acc.), pos.]
+        later = drafting[::-1].cumsum(0)[::-1] - drafting  # each request's drafting steps after each step
+        weights = np.where(drafting, self.decay**later, 0.0)
+        rows = drafting.any(0)
+        slots = np.array([self.slot(key) for key in keys], dtype=np.int64)[rows]
+        decayed = self.counts[slots] * (self.decay ** drafting.sum(0)[rows])[:, None, None]
+        self.counts[slots] = decayed + np.einsum("nb,nbkw->bkw", weights, step)[rows]
         self.drafted[slots] = True
-        self.method = self.method * self.method_decay + step.sum(0)
+        active = drafting.any(1)  # the steps in which any request drafted: each a step of the method's decay
+        method_weights = np.where(active, self.method_decay ** (active[::-1].cumsum()[::-1] - active), 0.0)
+        self.method = self.method * self.method_decay ** int(active.sum()) \
+            + np.einsum("n,nkw->kw", method_weights, step.sum(1))
         self.version += 1
+
+    def drafting(self, keys: list[str]) -> None:
+        """The requests `keys` verified drafts since the last forgetting, their steps not yet recorded (`tick`)."""
+        for key in keys:
+            self.drafted[self.slot(key)] = True
 
     def tick(self) -> None:
         """A step was planned; every `FORGET_EVERY` of them, what requests that verified nothing since (and the
@@ -377,6 +392,13 @@ class WidthPlanner:
     # 4 to 6 in most steps where its pinned width drafts 7; a loss of at most this share by the plan's own estimate. A
     # request's drafts only: one the best plan holds at no draft stays there (its rates say least of all).
     WIDER_WITHIN = 0.02
+    # A plan stands for up to `REPLAN_EVERY` steps of the same batch (each request's limit no higher than it was
+    # planned for, clipped to it), and the verifications recorded meanwhile are taken in at once when it is redone:
+    # planning and recording each step cost 0.31 ms in vLLM's worker at batch 1 (0.18 and 0.13 ms; numpy's operations
+    # there cost several times what they do in a process of its own), 7% of Jacobi's 4.5 ms steps on the tiny
+    # checkpoint, where a run planning exactly the drafts of its pinned width (the same drafts, accepted tokens and
+    # steps) ran 0.94x its speed; standing for 8 steps, 0.12 ms (2026-12-02, docs/adaptive-widths.md).
+    REPLAN_EVERY = 8
 
     def __init__(self, max_width: int, shape: Shape = Shape(), cost: StepCost | None = None,
                  acceptance: AcceptanceTable | None = None, measured_share: bool = False) -> None:
@@ -385,16 +407,37 @@ class WidthPlanner:
         self.shape = shape
         self.branches = shape.branches  # the branches' measured mean (`branched`)
         self.cost = cost or StepCost()
-        self.acceptance = acceptance or AcceptanceTable(max_width)
+        self._acceptance = acceptance or AcceptanceTable(max_width)
         self.stats = PlannerStats()
         self.gap = StepGap()
         self.marginal_rows = np.diff(shape.rows(np.arange(max_width + 1)))  # rows each draft position adds
         self._last: tuple[tuple, np.ndarray, int, int] | None = None  # inputs, widths, AR step, drafts
         self._ticked = False  # whether this step's tick is done (`plain_again`)
+        self._reused = 0  # steps the last plan stood for since it was made or found unchanged (`_stands`)
+        self._pending: list[tuple[tuple[str, ...], list[int], list[int], list[int]]] = []  # keys, told, got, fresh
         self.untold: dict[str, tuple[int, int]] = {}  # per request given drafts: its steps told nothing since, width
         self.measured_share = measured_share  # the engines' planners (`planner_for`); else `EXPECTED_SHARE` as is
-        self.share_sums = np.array([self.SHARE_PRIOR * self.EXPECTED_SHARE, self.SHARE_PRIOR])  # accepted, expected
-        self.expected_share = self._share()
+        self._share_sums = np.array([self.SHARE_PRIOR * self.EXPECTED_SHARE, self.SHARE_PRIOR])  # accepted, expected
+        self._expected_share = self._share()
+
+    @property
+    def acceptance(self) -> AcceptanceTable:
+        """The requests' acceptance, every step recorded so far in it (`record` leaves them to the next plan)."""
+        self._settle()
+        return self._acceptance
+
+    @property
+    def expected_share(self) -> float:
+        """The share of the rates' expected tokens a plan counts (`_share`), every step recorded so far in it."""
+        self._settle()
+        return self._expected_share
+
+    @property
+    def share_sums(self) -> np.ndarray:
+        """What verified drafts accepted and what the rates expected of them (`_calibrate`), recent steps weighing
+        more."""
+        self._settle()
+        return self._share_sums
 
     def branched(self, counts: list[int]) -> None:
         """The recycled branches each drafting request's forward carried this step (a `Shape` with `branches`): their
@@ -415,15 +458,19 @@ class WidthPlanner:
         if self._ticked:
             self._ticked = False  # `plain_again` ticked for this step
         else:
-            self.acceptance.tick()
+            self._tick()
         limits = limits if isinstance(limits, list) else limits.tolist()
         if not keys:
             return torch.as_tensor(limits, dtype=torch.long).clamp(0, self.max_width)
         # The plan is a function of these: a step like the last (nothing verified since, no refit), as most plain
-        # steps under load are, reuses it instead of recomputing it.
+        # steps under load are, reuses it instead of recomputing it; a drafting batch's plan stands a few steps.
         batch = (list(keys), limits, None if seeded is None else list(seeded), self._kept(keys))
-        if self._last is None or self._last[0] != (*batch, *self._state):
-            self._plan_anew(*batch)
+        unchanged = not self._pending and self._last is not None and self._last[0] == (*batch, *self._state)
+        if not unchanged and not self._stands(batch):
+            self._settle()
+            if self._last is None or self._last[0] != (*batch, *self._state):
+                self._plan_anew(*batch)
+            self._reused = 0
         _, widths, ar_step, drafts = self._last
         if drafts or self.untold:
             self._count_untold(keys, widths)
@@ -442,7 +489,8 @@ class WidthPlanner:
         if last is None or not last[2] or (keys is not None and keys != last[0][0]) \
                 or (limits is not None and limits != last[0][1]):
             return False
-        self.acceptance.tick()
+        self._tick()
+        self._settle()
         if last[0][4:] != self._state and self._plan_anew(*last[0][:4]).any():
             self._ticked = True  # `plan` follows for this step
             return False
@@ -454,7 +502,36 @@ class WidthPlanner:
     def _state(self) -> tuple:
         """What a plan depends on beside its batch: the rates, the share it expects (stale drafts move it, not the
         rates) and the cost model."""
-        return self.acceptance.version, self.expected_share, self.cost.coefficients
+        return self._acceptance.version, self._expected_share, self.cost.coefficients
+
+    def _tick(self) -> None:
+        """`AcceptanceTable.tick`; where it forgets, the requests whose verifications wait to be taken in count as
+        having drafted (they did: what they showed does not fade)."""
+        if self._pending and (self._acceptance.ticks + 1) % self._acceptance.FORGET_EVERY == 0:
+            for keys, _, _, fresh in self._pending:
+                self._acceptance.drafting([key for key, count in zip(keys, fresh, strict=True) if count])
+        self._acceptance.tick()
+
+    def _stands(self, batch: tuple) -> bool:
+        """Whether the last plan stands for this step as it was made, for at most `REPLAN_EVERY` steps (whatever was
+        recorded or faded since): the same requests, seeded alike, none with a higher limit than planned for nor
+        keeping more drafts than it gives (`UNTOLD_STEPS`), the cost model as it was (a refit, at once after a plain
+        probe, `PLAIN_PROBES`, redoes it); clipped to lower limits."""
+        last = self._last
+        if last is None or self._reused >= self.REPLAN_EVERY - 1:
+            return False
+        inputs = last[0]
+        keys, limits, seeded, kept = batch
+        if keys != inputs[0] or seeded != inputs[2] or inputs[6] != self.cost.coefficients \
+                or any(new > old for new, old in zip(limits, inputs[1], strict=True)):
+            return False
+        if kept is not None and any(floor > width for floor, width in zip(kept, last[1].tolist(), strict=True)):
+            return False
+        self._reused += 1
+        if limits != inputs[1]:
+            widths = np.minimum(last[1], np.maximum(np.array(limits, dtype=np.int64), 0))
+            self._last = (*batch, *inputs[4:]), widths, int(not widths.any()), int(widths.sum())
+        return True
 
     def _kept(self, keys: list[str]) -> tuple[int, ...] | None:
         """The least width each request keeps (`UNTOLD_STEPS`), None where none keeps any."""
@@ -484,8 +561,8 @@ class WidthPlanner:
     def _planned(self, keys: list[str], limits: Any, seeded: list[bool] | None,
                  kept: tuple[int, ...] | None) -> np.ndarray:
         limits = np.asarray(limits, dtype=np.int64)
-        gains = self.expected_share * self.acceptance.rates(keys).cumprod(1)  # expected extra tokens per position
-        gains = np.where(self.acceptance.positions < limits[:, None], gains, 0.0)
+        gains = self._expected_share * self._acceptance.rates(keys).cumprod(1)  # expected extra tokens per position
+        gains = np.where(self._acceptance.positions < limits[:, None], gains, 0.0)
         widths = self._uniform(gains) if self.shape.uniform else self._ragged(gains)
         if kept is not None:
             widths = np.maximum(widths, np.array(kept, dtype=np.int64))
@@ -593,39 +670,63 @@ class WidthPlanner:
                iterated: list[bool] | None = None) -> None:
         """The step's verification: drafts verified and accepted per request; not learnt from where the drafts were
         not `iterated` (`Decoder.iterated`: stale drafts only refresh), though what they accepted of what the rates
-        expected counts towards the share a plan expects (`expected_share`): the plan paid for them as for any."""
-        if self.measured_share and keys:
-            self._calibrate(keys, verified, accepted)
-        if iterated is not None:
-            verified = [int(n) if fresh else 0 for n, fresh in zip(verified, iterated, strict=True)]
+        expected counts towards the share a plan expects (`expected_share`): the plan paid for them as for any. Taken
+        into the acceptance when a plan is next redone, with the steps recorded since the last one, at most
+        `REPLAN_EVERY` (each weighed by the rates the plan that stood for it read)."""
+        told = verified.tolist() if isinstance(verified, torch.Tensor) else [int(n) for n in verified]
+        fresh = told if iterated is None else [n if it else 0 for n, it in zip(told, iterated, strict=True)]
         if self.untold:  # a request given drafts: told (forgotten here) or one more step told nothing (`UNTOLD_STEPS`)
-            told = verified.tolist() if isinstance(verified, torch.Tensor) else verified
-            for key, count in zip(keys, told, strict=True):
+            for key, count in zip(keys, fresh, strict=True):
                 if key in self.untold:
                     steps, width = self.untold.pop(key)
                     if not count:
                         self.untold[key] = (steps + 1, width)
-        if keys and (not isinstance(verified, list) or any(verified)):
-            self.acceptance.record(keys, verified, accepted)
+        if keys and any(told):
+            got = accepted.tolist() if isinstance(accepted, torch.Tensor) else [int(n) for n in accepted]
+            self._pending.append((tuple(keys), told, got, fresh))
+            if len(self._pending) >= self.REPLAN_EVERY:  # as many as a plan stands for: their rates are its own
+                self._settle()
+
+    def _settle(self) -> None:
+        """Take the verifications recorded since the last plan into the expected share and the acceptance, each run
+        of steps of one batch at once."""
+        if not self._pending:
+            return
+        pending, self._pending = self._pending, []
+        for keys, run in itertools.groupby(pending, key=lambda step: step[0]):
+            steps = list(run)
+            told, got, fresh = (np.array([step[i] for step in steps], dtype=np.int64) for i in (1, 2, 3))
+            if self.measured_share:
+                self._calibrate(list(keys), told, got)
+            if fresh.any():
+                self._acceptance.record(list(keys), fresh, got)
 
     def _share(self) -> float:
         """The share of the rates' expected tokens a plan counts (`EXPECTED_SHARE`): where `measured_share`, what
         verified drafts accepted of what the rates expected of them (`share_sums`, recent steps weighing more), between
         `EXPECTED_SHARE` and 1. Kept as `expected_share`, which every plan reads."""
-        return min(max(float(self.share_sums[0] / self.share_sums[1]), self.EXPECTED_SHARE), 1.0)
+        return min(max(float(self._share_sums[0] / self._share_sums[1]), self.EXPECTED_SHARE), 1.0)
 
-    def _calibrate(self, keys: list[str], verified: Any, accepted: Any) -> None:
-        """Weigh the drafts the step verified, as the rates expected them before it, against those accepted."""
-        verified = np.minimum(np.asarray(verified, dtype=np.int64), self.max_width)
-        if not verified.any():
+    def _calibrate(self, keys: list[str], verified: np.ndarray, accepted: np.ndarray) -> None:
+        """Weigh the drafts that steps of the requests `keys` verified ([step, request]), as the rates expected them
+        before them, against those accepted."""
+        verified = np.minimum(verified, self.max_width)
+        verified, accepted = verified[verified.any(1)], accepted[verified.any(1)]
+        if not len(verified):
             return
-        gains = np.where(self.acceptance.positions < verified[:, None], self.acceptance.rates(keys).cumprod(1), 0.0)
-        got = np.minimum(np.asarray(accepted, dtype=np.int64), verified)
-        self.share_sums = self.share_sums * self.SHARE_DECAY + np.array([got.sum(), gains.sum()])
-        self.expected_share = self._share()
+        rates = self._acceptance.rates(keys).cumprod(1)
+        gains = np.where(self._acceptance.positions < verified[..., None], rates, 0.0).sum((1, 2))
+        got = np.minimum(accepted, verified).sum(1)
+        weights = self.SHARE_DECAY ** np.arange(len(verified))[::-1]
+        decayed = self._share_sums * self.SHARE_DECAY ** len(verified)
+        self._share_sums = decayed + np.array([weights @ got, weights @ gains])
+        self._expected_share = self._share()
 
     def forget(self, keys: list[str] | set[str]) -> None:
-        self.acceptance.forget(keys)
+        if not keys:
+            return  # an engine's step that finished no request
+        self._settle()
+        self._acceptance.forget(keys)
         for key in keys:
             self.untold.pop(key, None)
 

@@ -3,6 +3,7 @@ acceptance, deterministically; its cost model recovers a step's cost from measur
 
 from itertools import pairwise
 
+import numpy as np
 import pytest
 import torch
 
@@ -356,12 +357,49 @@ def test_quadratic_rows_grow_with_the_square_of_the_width():
 
 
 
+def test_a_plan_stands_for_a_few_steps_of_its_batch_and_takes_their_verifications_in_at_once(monkeypatch):
+    """A plan stands for up to `REPLAN_EVERY` steps of its batch (clipped to a lower limit; a higher one, another
+    batch, redoes it), and the verifications recorded meanwhile are taken in at once, as recording them one by one
+    would: the planner's overhead at batch 1 in vLLM's worker was 7% of a Jacobi step."""
+    monkeypatch.setattr(AcceptanceTable, "FORGET_EVERY", 64)  # no fading (which redoes a plan) in these steps
+    plan, computed = planner((1.0, 0.1, 0.0)), []
+    monkeypatch.setattr(plan, "_planned", lambda *args, planned=plan._planned: computed.append(args) or planned(*args))
+    keys = ["a", "b"]
+    first = plan.plan(keys, [8, 8]).tolist()
+    for _ in range(WidthPlanner.REPLAN_EVERY - 1):  # "a" fails its drafts: the plan stands all the same
+        plan.record(keys, first, [0, first[1]])
+        assert plan.plan(keys, [8, 8]).tolist() == first and len(computed) == 1
+    plan.record(keys, first, [0, first[1]])
+    assert plan.plan(keys, [8, 8]).tolist()[0] < first[0] and len(computed) == 2  # redone, with what "a" showed
+    widths = plan.plan(keys, [8, 8]).tolist()
+    plan.record(keys, widths, [0, widths[1]])
+    assert plan.plan(keys, [8, 3]).tolist() == [min(widths[0], 8), min(widths[1], 3)] and len(computed) == 2
+    plan.record(keys, [0, 3], [0, 3])
+    plan.plan(keys, [8, 8])
+    assert len(computed) == 3  # a higher limit than planned for
+    plan.record(keys, [0, 8], [0, 8])
+    plan.plan(["b", "a"], [8, 8])
+    assert len(computed) == 4  # another batch
+    # Steps taken in at once leave the acceptance as recording them one by one does.
+    generator = torch.Generator().manual_seed(0)
+    verified = torch.randint(0, 9, (12, 3), generator=generator)
+    accepted = torch.minimum(torch.randint(0, 9, (12, 3), generator=generator), verified)
+    verified[3] = 0  # a step in which none drafted: no step of decay
+    apart, together = AcceptanceTable(8), AcceptanceTable(8)
+    for step in range(12):
+        apart.record(["x", "y", "z"], verified[step], accepted[step])
+    together.record(["x", "y", "z"], verified, accepted)
+    assert np.allclose(apart.rates(["x", "y", "z"]), together.rates(["x", "y", "z"]))
+    assert np.allclose(apart.method, together.method) and np.allclose(apart.counts, together.counts)
+
+
 def test_a_step_like_the_last_reuses_its_plan_and_any_change_redoes_it(monkeypatch):
     """Plans are reused while their inputs stand (keys, limits, acceptance, measured share, cost model): through steps
     that draft or not, accept or not, verify stale drafts (the share learns from them, the rates do not), change the
     batch, refit the cost and fade idle requests' evidence, every plan equals one computed afresh; steps with nothing
     verified, no refit and no fading between them (plain steps under load, within a forgetting period) compute it
-    once."""
+    once. (Each plan redone at every step that verified drafts: `REPLAN_EVERY` at 1.)"""
+    monkeypatch.setattr(WidthPlanner, "REPLAN_EVERY", 1)
     plan = WidthPlanner(8, Shape(), StepCost(), measured_share=True)
     generator, widths_seen = torch.Generator().manual_seed(3), set()
     computed, planned = [], plan._planned
@@ -401,11 +439,12 @@ def test_a_step_like_the_last_reuses_its_plan_and_any_change_redoes_it(monkeypat
     assert fresh.expected_share > WidthPlanner.EXPECTED_SHARE and len(redone) == 2
 
 
-def test_a_plain_step_again_is_counted_without_planning_only_where_planning_gives_it():
+def test_a_plain_step_again_is_counted_without_planning_only_where_planning_gives_it(monkeypatch):
     """`plain_again` (an engine's steady batch, every request held at no draft) agrees with `plan` step for step: it
     counts a step only where the plan is plain for all, replanning after a verified draft, a refit of the cost and a
     fading (after which requests whose drafts all failed are tried again), and leaves the planner as planning would
-    (where it declines, `plan` follows for the same step)."""
+    (where it declines, `plan` follows for the same step). Each plan redone at every step that verified drafts."""
+    monkeypatch.setattr(WidthPlanner, "REPLAN_EVERY", 1)
     steady, planned = WidthPlanner(8, Shape(), StepCost()), WidthPlanner(8, Shape(), StepCost())
     limits, counted, declined, drafting_steps = [8] * len(KEYS), 0, 0, 0
     for plan in (steady, planned):  # a row costs a tenth of a step's base
@@ -436,10 +475,11 @@ def test_a_plain_step_again_is_counted_without_planning_only_where_planning_give
     assert dear.plain_again(KEYS, limits) and dear.plain_again() and dear.stats.ar_steps == 3
 
 
-def test_a_request_held_at_no_draft_is_tried_again_as_what_it_showed_fades():
+def test_a_request_held_at_no_draft_is_tried_again_as_what_it_showed_fades(monkeypatch):
     """A request whose first drafts failed is held at no draft; while it drafts nothing its evidence fades towards
     the method's rate (`AcceptanceTable.tick`), so where rows are cheap it is tried again within a few forgetting
     periods (where they are dear, never), and a request that keeps drafting keeps its own rate."""
+    monkeypatch.setattr(WidthPlanner, "REPLAN_EVERY", 1)  # each plan redone at every step that verified drafts
     for cost, tried in [((1.0, 0.1, 0.0), True), ((1.0, 1.0, 0.0), False)]:
         plan = planner(cost, width=4)
         for _ in range(10):  # "a" fails its drafts, "b" accepts them all
