@@ -711,9 +711,10 @@ class WidthPlanner:
         """Weigh the drafts that steps of the requests `keys` verified ([step, request]), as the rates expected them
         before them, against those accepted."""
         verified = np.minimum(verified, self.max_width)
-        verified, accepted = verified[verified.any(1)], accepted[verified.any(1)]
-        if not len(verified):
+        drafting = verified.any(1)  # the steps that verified drafts
+        if not drafting.any():
             return
+        verified, accepted = verified[drafting], accepted[drafting]
         rates = self._acceptance.rates(keys).cumprod(1)
         gains = np.where(self._acceptance.positions < verified[..., None], rates, 0.0).sum((1, 2))
         got = np.minimum(accepted, verified).sum(1)
