@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import httpx
 import openai
 
 
@@ -29,12 +30,18 @@ def running_server(
 ) -> Iterator[ServerClient]:
     """Start `cmd` (listening on `port`), wait until `/v1/models` answers, yield a client; stop the server on exit.
 
-    The server's output goes to `log_path` (a temporary file by default); its tail is in the error if it dies.
+    The server's output goes to `log_path` (a temporary file by default); its tail is in the error if it dies, and
+    added to any error raised while the client is in use. The client opens a connection per request: a pooled
+    connection the server closes as idle (uvicorn's keep-alive timeout) while a request is being sent on it fails
+    as "Server disconnected without sending a response", and the client does not retry (a retry could hide a
+    server's error).
     """
     log_path = Path(log_path or tempfile.mkstemp(suffix=".log")[1])
     with open(log_path, "w+") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
-        client = ServerClient(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0, timeout=300)
+        client = ServerClient(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0, timeout=300,
+                              http_client=httpx.Client(limits=httpx.Limits(max_keepalive_connections=0),
+                                                       timeout=300))
         client.process = proc
         try:
             deadline = time.time() + timeout
@@ -48,6 +55,11 @@ def running_server(
                         raise RuntimeError(f"{name} server did not start:\n{log.read()[-4000:]}") from None
                     time.sleep(1)
             yield client
+        except Exception as error:
+            log.seek(0)
+            state = "still running" if proc.poll() is None else f"exited with {proc.returncode}"
+            error.add_note(f"{name} server ({state}), the tail of its output:\n{log.read()[-4000:]}")
+            raise
         finally:
             proc.terminate()
             proc.wait(60)
