@@ -76,13 +76,19 @@ class StepCost:
     1.5x what the same step takes after), and a plan priced by a cold drafting step holds every request at plain
     steps, which never measure drafting again, until the window drops it (vLLM, tiny NLD checkpoint, batch 1,
     2026-12-01: 128 plain steps with a drafting step fitted at 11 ms over a plain one, 4-5 ms warm;
-    docs/adaptive-widths.md)."""
+    docs/adaptive-widths.md). The last `SCARCE` plain steps stay in the fit for `PLAIN_KEPT_FOR` steps, past the
+    window: where nearly every step drafts (batch 1), the window lost them every ~130 steps, and the plan then took
+    plain steps again to price one (`WidthPlanner.PLAIN_PROBES`): Jacobi on the tiny checkpoint, vLLM, batch 1,
+    2026-12-02: plain in 5.8% of its steps, its pinned width in the 1.8% that start a request. Drafting steps are not
+    kept: a plan held at plain steps by a few slow ones kept past the window (a process slowed from outside) never
+    measured drafting again (2026-12-02, docs/adaptive-widths.md)."""
 
     PRIOR = (1.0, 0.025, 1.0)  # base, per row, per drafting step; in units of the base
     PRIOR_ONE_FORWARD = (1.0, 0.025, 0.25)
     REFIT_EVERY = 16
     SIMILAR = 1.5
     SCARCE = 4
+    PLAIN_KEPT_FOR = 512
 
     def __init__(self, fixed: tuple[float, float, float] | None = None, window: int = 128,
                  prior_weight: float = 4.0, prior: tuple[float, float, float] = PRIOR, exact: bool | None = None,
@@ -91,6 +97,8 @@ class StepCost:
         self.exact = fixed is not None if exact is None else exact
         self.prior = prior
         self.steps: deque[tuple[float, float, float]] = deque(maxlen=window)  # rows, drafting, seconds
+        self.observed = 0  # steps in `steps` so far, in all
+        self.plain: deque[tuple[int, float, float]] = deque(maxlen=self.SCARCE)  # the last plain ones: index, rows, s
         self.prior_weight = prior_weight
         self._fit: tuple[float, float, float] | None = None
         self.unfitted = 0  # steps observed since the last fit
@@ -108,6 +116,9 @@ class StepCost:
                 return
             scarce = self._fit is not None and self._supported(rows, bool(drafting)) < self.SCARCE
             self.steps.append((float(rows), float(drafting), seconds))
+            self.observed += 1
+            if not drafting:
+                self.plain.append((self.observed, float(rows), seconds))
             self.unfitted += 1
             if scarce or 2 * self.unfitted >= min(len(self.steps), 2 * self.REFIT_EVERY):
                 self._fit = None
@@ -139,7 +150,7 @@ class StepCost:
     def _current(self) -> tuple[float, float, float]:
         if self._fit is None:
             self._fit, self.unfitted = self.fitted(), 0
-            steps = np.array(self.steps, dtype=np.float64).reshape(-1, 3)
+            steps = self.measured()
             self._rows = np.sort(steps[steps[:, 1] == 0, 0]), np.sort(steps[steps[:, 1] > 0, 0])
             self._support_of.clear()
         return self._fit
@@ -149,10 +160,20 @@ class StepCost:
         base, per_row, per_drafting = self.coefficients
         return base + per_row * rows + per_drafting * drafting
 
+    def measured(self) -> np.ndarray:
+        """[steps, (rows, drafting, seconds)] behind the fit: the window's, and the last plain steps past it for up
+        to `PLAIN_KEPT_FOR` steps."""
+        steps = np.array(self.steps, dtype=np.float64).reshape(-1, 3)
+        past = self.observed - len(self.steps)  # the index of the last step out of the window
+        kept = [(rows, 0.0, seconds) for index, rows, seconds in self.plain
+                if self.observed - self.PLAIN_KEPT_FOR < index <= past]
+        return np.concatenate([np.array(kept), steps]) if kept else steps
+
     def fitted(self) -> tuple[float, float, float]:
-        if not self.steps:
+        steps = self.measured()
+        if not len(steps):
             return self.prior
-        rows, extra, seconds = np.array(self.steps, dtype=np.float64).T
+        rows, extra, seconds = steps.T
         prior = np.array(self.prior, dtype=np.float64)
         ratios = np.sort(seconds / (prior[0] + prior[1] * rows + prior[2] * extra))
         scale = float(ratios[(len(ratios) - 1) // 2])  # the lower median

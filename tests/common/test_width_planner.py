@@ -583,6 +583,33 @@ def test_a_step_drafts_only_once_plain_steps_like_the_batch_are_measured():
         assert widths == [0] * WidthPlanner.PLAIN_PROBES + [drafts] * 2, (plain_seconds, widths)
 
 
+def test_the_last_plain_steps_stay_in_the_fit_past_its_window_for_a_while():
+    """Where nearly every step drafts (batch 1), the last plain steps stay in the fit `PLAIN_KEPT_FOR` steps past its
+    window, so the plan probes a plain step's cost every ~512 steps, not every ~130 (the window's length); drafting
+    steps are not kept. (The old window alone: 36 plain steps in these 1,200.)"""
+    plan = WidthPlanner(8, Shape(extra_forward=True), StepCost(prior=(1.0, 0.0, 1.0)))
+    plain = 0
+    for step in range(1200):
+        width = int(plan.plan(["a"], [8])[0])
+        plain += width == 0
+        plan.observe(1 + 2 * width, int(width > 0), 1.2 if width else 1.0)  # drafting: 1.2 s for 4 tokens
+        plan.record(["a"], [width], [min(width, 3)])
+        if step == 300:  # the first probes, past the window
+            cost = plan.cost
+            assert len(cost.measured()) == len(cost.steps) + 4 and all(cost.measured()[:4, 1] == 0)
+    assert plain == 3 * WidthPlanner.PLAIN_PROBES, plain  # at 0, 528 and 1044
+    assert abs(plan.cost.predict(1, 0) - 1.0) < 0.15  # a plain step priced as measured (the prior's shape: 0.6)
+    cost = StepCost(prior=(1.0, 0.0, 1.0))
+    for step in range(StepCost.PLAIN_KEPT_FOR):
+        cost.observe(*((1, 0, 1.0) if step < 4 else (9, 1, 2.0)))
+    assert len(cost.measured()) == len(cost.steps) + 4
+    cost.observe(9, 1, 2.0)
+    assert len(cost.measured()) == len(cost.steps) + 3  # the first is `PLAIN_KEPT_FOR` steps old
+    for _ in range(200):
+        cost.observe(1, 0, 1.0)
+    assert len(cost.measured()) == len(cost.steps)  # none past the window where the window has some
+
+
 def test_a_request_given_drafts_keeps_them_until_a_step_of_it_is_told():
     """A request back from plain steps first lays its drafts in a step that verifies none: a plan redone on that
     step's cost alone does not hold it at no draft before its drafts are verified (for `UNTOLD_STEPS` such steps)."""
