@@ -149,8 +149,8 @@ class StepCost:
 
     def _current(self) -> tuple[float, float, float]:
         if self._fit is None:
-            self._fit, self.unfitted = self.fitted(), 0
             steps = self.measured()
+            self._fit, self.unfitted = self.fitted(steps), 0
             self._rows = np.sort(steps[steps[:, 1] == 0, 0]), np.sort(steps[steps[:, 1] > 0, 0])
             self._support_of.clear()
         return self._fit
@@ -169,8 +169,9 @@ class StepCost:
                 if self.observed - self.PLAIN_KEPT_FOR < index <= past]
         return np.concatenate([np.array(kept), steps]) if kept else steps
 
-    def fitted(self) -> tuple[float, float, float]:
-        steps = self.measured()
+    def fitted(self, steps: np.ndarray | None = None) -> tuple[float, float, float]:
+        """The coefficients fitted to `steps` (`measured()` by default) and the prior."""
+        steps = self.measured() if steps is None else steps
         if not len(steps):
             return self.prior
         rows, extra, seconds = steps.T

@@ -242,7 +242,7 @@ def test_the_fit_is_redone_every_few_steps_and_follows_a_change(monkeypatch):
     cost = StepCost()
     fits = []
     fitted = cost.fitted
-    monkeypatch.setattr(cost, "fitted", lambda: fits.append(len(cost.steps)) or fitted())
+    monkeypatch.setattr(cost, "fitted", lambda *steps: fits.append(len(cost.steps)) or fitted(*steps))
     for step in range(96):
         cost.observe(8 + step % 8, 0, (0.050 if step < 48 else 0.100) + 0.001 * (step % 8))
         cost.predict(torch.tensor(8.0), torch.tensor(0.0))  # a plan reads the fit
