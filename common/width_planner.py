@@ -139,6 +139,17 @@ class StepCost:
         seen = self._rows[int(drafting)]
         return np.searchsorted(seen, rows * self.SIMILAR, "right") - np.searchsorted(seen, rows / self.SIMILAR, "left")
 
+    def reach(self, rows: Any) -> np.ndarray:
+        """For drafting steps of each of `rows`: how many times `SIMILAR` times the widest measured drafting step behind
+        the fit they forward (1 within it, where none was measured or for fixed coefficients): how far the fit
+        extrapolates a drafting step's cost."""
+        rows = np.asarray(rows, dtype=np.float64)
+        if self.fixed is not None:
+            return np.ones(rows.shape)
+        self._current()
+        seen = self._rows[1]
+        return np.maximum(rows / (self.SIMILAR * seen[-1]), 1.0) if len(seen) else np.ones(rows.shape)
+
     def _supported(self, rows: int, drafting: bool) -> int:
         """`support` of one step's rows, remembered until the next fit: a loaded engine's steps repeat their rows,
         and each is observed."""
@@ -387,7 +398,11 @@ class WidthPlanner:
     # (1.075 at 16, 1.04 at 64): where most steps draft alike
     # (batch 1) a fit from many of them is not held to a margin meant for one from a few (Jacobi on SmolLM2 at batch 1,
     # vLLM, 2026-11-30: drafting in 24% of its steps, 0.90x its fixed width's tokens per second), while a step unlike
-    # those measured (a batch's tail drafting for several requests after its first drafted alone) keeps it.
+    # those measured (a batch's tail drafting for several requests after its first drafted alone) keeps it. A step
+    # past the widest drafting step measured (`StepCost.reach`) has its margin multiplied by how far past: the fit
+    # learns the draft forward's cost from the steps it saw, and the main job's batch-8 tail (SmolLM2, vLLM,
+    # 2026-12-02), drafting for 3-5 requests after batch 1 had measured steps drafting for one (17 rows), took 1.2-1.9x
+    # what the fit said of its 39-47 rows (docs/benchmarks.md, 2026-12-02, 11:30 UTC).
     DRAFTING_MARGIN = 1.15
     MARGIN_SETTLED = 4
     # Where the cost is measured, a step drafts only once the fit has measured this many plain steps of about the
@@ -639,7 +654,7 @@ class WidthPlanner:
             return np.ones(rows.shape)
         support = np.minimum(self.cost.support(rows), self.cost.support(plain_rows, drafting=False))
         settled = self.MARGIN_SETTLED / np.maximum(support, self.MARGIN_SETTLED)
-        return 1.0 + (self.DRAFTING_MARGIN - 1.0) * np.sqrt(settled)
+        return (1.0 + (self.DRAFTING_MARGIN - 1.0) * np.sqrt(settled)) * self.cost.reach(rows)
 
     def _best(self, rates: np.ndarray, rows: np.ndarray,
               widening: Callable[[int], np.ndarray] | None = None) -> int:

@@ -120,6 +120,22 @@ def test_the_margin_holds_until_plain_steps_like_the_batch_are_measured():
     assert abs(margins[16, 1] - 1.075) < 1e-9 and abs(margins[64, 1] - 1.0375) < 1e-9
 
 
+def test_a_drafting_step_wider_than_any_measured_has_its_margin_grow_with_how_far():
+    """A fit learns a drafting step's cost from the drafting steps it measured: one drafting for several requests
+    (a batch's tail, after its first request drafted alone) is priced beyond them, and took up to 1.9x what the fit
+    said (the main job's tail, 2026-12-02). Past `SIMILAR` times the widest measured, the margin is multiplied by how
+    far past it the step reaches; within it, or with no drafting step measured, or under a given cost, it is not."""
+    plan = measured_planner(64, 3, plain_steps=64)
+    assert plan.margins([3.0, 4.5, 9.0, 18.0], 1.0).tolist() == pytest.approx([1.0375, 1.0375, 2.3, 4.6])
+    assert plan.cost.reach([4.5, 9.0]).tolist() == [1.0, 2.0]
+    assert measured_planner(0, 3, plain_steps=64).margins([9.0], 1.0).tolist() == [1.15]
+    assert planner((1.0, 2.0, 0.0)).margins([9.0], 1.0).tolist() == [1.0]
+    # Four requests accepting 2 drafts a step each: drafting for all (12 rows) no longer beats its 4x-reach margin.
+    wide = measured_planner(64, 3, plain_steps=64)
+    accepting(wide, KEYS, [2] * 4)
+    assert wide.plan(KEYS, [8] * 4).tolist() != [2] * 4
+
+
 def measured_planner(drafting_steps: int, drafting_rows: int, plain_steps: int, plain_rows: int = 1) -> WidthPlanner:
     """A planner whose cost was measured exactly as its prior says (a second and two a row), from `drafting_steps`
     of `drafting_rows` and `plain_steps` of `plain_rows`, for one request accepting 2 drafts a step."""
@@ -573,13 +589,14 @@ def test_a_step_drafts_only_once_plain_steps_like_the_batch_are_measured():
     for plain_seconds, drafts in ((1.0, 0), (3.0, 8)):  # drafting steps cost 4 s: 4 plain steps' worth, or 1.33
         cost = StepCost(prior=(1.0, 0.0, 1.0))
         for _ in range(64):
-            cost.observe(9, 1, 4.0)  # the shape says a plain step costs 2 s
+            cost.observe(18, 1, 4.0)  # 8 drafts, 9 rows in each forward; the shape says a plain step costs 2 s
         plan = WidthPlanner(8, Shape(extra_forward=True), cost)
         accepting(plan, ["a"], [3])  # 4 tokens a drafting step
         widths = []
         for _ in range(WidthPlanner.PLAIN_PROBES + 2):
             widths.append(int(plan.plan(["a"], [8])[0]))
-            plan.observe(1 + widths[-1], int(widths[-1] > 0), 4.0 if widths[-1] else plain_seconds)
+            rows = int(plan.shape.rows(widths[-1]))
+            plan.observe(rows, int(widths[-1] > 0), 4.0 if widths[-1] else plain_seconds)
         assert widths == [0] * WidthPlanner.PLAIN_PROBES + [drafts] * 2, (plain_seconds, widths)
 
 
