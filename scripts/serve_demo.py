@@ -2,7 +2,7 @@
 prompts answered with AR, with a parallel decoder and with vLLM's own `ngram` at the same width on the same server
 setup, side by side: answers, tokens per forward, tokens/s, speedup over AR at batch 1 and batch 8. A second AR
 server (`ar-again`) is measured as the others are: its speedup is AR against itself, how far this machine's pace
-moves a ratio (on a 2-core VM, 0.95-1.03x at batch 8, docs/benchmarks.md), so a speedup is read against it.
+moves a ratio (on a 2-core VM, 0.95-1.05x at batch 8, docs/benchmarks.md), so a speedup is read against it.
 
 Fetches and converts the model once (`scripts.smollm2`), starts the four servers (bf16) and keeps them up at once,
 then in rounds over them, each round in a rotated order, sends the chat prompts through the chat completions
@@ -174,7 +174,7 @@ def main() -> None:
             servers.append(Server(client, Run(label), forwards))
         measure(servers, prompts, max_tokens)
     runs = [server.run for server in servers]
-    ar, method = runs[0], runs[2]
+    ar, again, method = runs[:3]
     for prompt, want, got in zip(prompts, ar.texts, method.texts, strict=True):
         shown = prompt if isinstance(prompt, str) else prompt[-1]["content"]
         print(f"\n--- {shown!r}\n{got}" + ("" if got == want else f"\n--- (AR said)\n{want}"))
@@ -195,7 +195,7 @@ def main() -> None:
         same = sum(a == b for a, b in zip(ar.texts, run.texts, strict=True))
         print(f"{same}/{len(prompts)} {run.label} answers identical to AR's" + (
             " (in bf16 a verify-width forward rounds differently from AR's one-row one: answers may part at a "
-            "near-tie, docs/smollm2.md)" if args.model == "smollm2" and run is not runs[1] else ""))
+            "near-tie, docs/smollm2.md)" if args.model == "smollm2" and run is not again else ""))
 
 
 if __name__ == "__main__":

@@ -130,10 +130,16 @@ def test_a_drafting_step_wider_than_any_measured_has_its_margin_grow_with_how_fa
     assert plan.cost.reach([4.5, 9.0]).tolist() == [1.0, 2.0]
     assert measured_planner(0, 3, plain_steps=64).margins([9.0], 1.0).tolist() == [1.15]
     assert planner((1.0, 2.0, 0.0)).margins([9.0], 1.0).tolist() == [1.0]
-    # Four requests accepting 2 drafts a step each: drafting for all (12 rows) no longer beats its 4x-reach margin.
-    wide = measured_planner(64, 3, plain_steps=64)
+    # Cheap rows, drafting steps measured at 3 rows and plain ones at the batch's 4: four requests accepting 2 drafts
+    # a step each would draft 2 apiece by the fit (12 rows, past its reach by 2.67), and take a plain step instead.
+    cost = StepCost(prior=(1.0, 0.1, 0.0))
+    for rows, drafting in ((3, 1), (4, 0)):
+        for _ in range(64):
+            cost.observe(rows, drafting, 1.0 + 0.1 * rows)
+    wide = WidthPlanner(8, Shape(), cost)
     accepting(wide, KEYS, [2] * 4)
-    assert wide.plan(KEYS, [8] * 4).tolist() != [2] * 4
+    assert wide.margins([12.0], 4.0).tolist() == pytest.approx([1.15 * 12 / 4.5])
+    assert wide.plan(KEYS, [8] * 4).tolist() == [0] * 4  # with a margin of 1.15 alone: [2, 2, 2, 2]
 
 
 def measured_planner(drafting_steps: int, drafting_rows: int, plain_steps: int, plain_rows: int = 1) -> WidthPlanner:
