@@ -27,11 +27,22 @@ from parallel_decoding.common.errors import require
 
 
 def check_step_cost(step_cost: object) -> None:
-    """A method config's `step_cost`: None (measured) or three seconds >= 0 (per step, per row, per drafting step)."""
-    require(step_cost is None or (isinstance(step_cost, list | tuple) and len(step_cost) == 3
+    """A method config's `step_cost`: None (measured) or three or four seconds >= 0 (per step, per row, per drafting
+    step, and per draft row: a row past a request's first; 0 where left out)."""
+    require(step_cost is None or (isinstance(step_cost, list | tuple) and len(step_cost) in (3, 4)
                                   and all(isinstance(v, int | float) and v >= 0 for v in step_cost)
                                   and step_cost[0] > 0),
-            "step_cost", "null or [seconds per step > 0, per row >= 0, per drafting step >= 0]", step_cost)
+            "step_cost", "null or [seconds per step > 0, per row >= 0, per drafting step >= 0(, per draft row >= 0)]",
+            step_cost)
+
+
+Coefficients = tuple[float, float, float, float]  # seconds per step, per row, per drafting step, per draft row
+
+
+def coefficients(given: Sequence[float]) -> Coefficients:
+    """Three or four coefficients as four (no cost per draft row where three are given)."""
+    values = tuple(float(v) for v in given)
+    return (*values, 0.0) if len(values) == 3 else values  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)
@@ -61,61 +72,70 @@ class Shape:
 
 
 class StepCost:
-    """Seconds of a step as `base + per_row * rows + per_drafting * drafting`, least squares over the last
-    `window` measured steps plus a prior worth `prior_weight` steps at the measured scale, which settles what the
-    steps seen cannot (all of one width). `drafting` is 1 for a step that verifies drafts: what it costs beyond its
-    rows, a draft forward of its own (linear `diffusion_self`) or the engine's path for windows instead of its plain
-    decode step. The prior: a wide step of 16 rows costs 1.4x one row, a drafting step a base more with a draft
-    forward (`PRIOR`), a quarter of one without (`PRIOR_ONE_FORWARD`). `fixed` coefficients are used as given and
-    never refitted (tests, reproducing a run), and taken as `exact` unless told otherwise (the prior standing in for
-    a measured cost is a guess, not a measurement). The fit is redone as steps come in, every `REFIT_EVERY` of them once
-    there are enough (a step's planning should cost next to nothing beside a GPU's forward), and at once after a step
-    of a kind (plain or drafting) of whose rows it has fewer than `SCARCE` behind it: such a step is what the plan
-    waits for (`WidthPlanner.PLAIN_PROBES`). Where `skips_cold` (an engine's, `planner_for`), the first step of each
-    kind and row count is left out: it runs cold (new shapes for the kernels; vLLM on CPU, tiny checkpoints: up to
-    1.5x what the same step takes after), and a plan priced by a cold drafting step holds every request at plain
+    """Seconds of a step as `base + per_row * rows + per_drafting * drafting + per_draft_row * draft_rows`, least
+    squares over the last `window` measured steps plus a prior worth `prior_weight` steps at the measured scale,
+    which settles what the steps seen cannot (all of one width). `drafting` is 1 for a step that verifies drafts:
+    what it costs beyond its rows, a draft forward of its own (linear `diffusion_self`) or the engine's path for
+    windows instead of its plain decode step. `draft_rows` are the rows past each request's first (its drafts in the
+    verify forward, its draft forward's): what they cost beyond a decode row's. A decode row and a draft row are not
+    alike: vLLM on CPU, SmolLM2, 2026-12-04, a decode row cost 0.8 ms and a draft row 1.4-1.6 ms, and a fit with one
+    cost per row that learnt drafting from steps drafting for one request priced steps drafting for 3-5 at 0.5-0.9
+    of their time (docs/benchmarks.md, 2026-12-02 and 2026-12-04). Steps drafting for one request alone (batch 1)
+    cannot tell a draft row's cost from a drafting step's; the prior splits it, and the first steps drafting for
+    several requests show it. The prior: a wide step of 16 rows costs 1.4x one row, a draft row no more than a
+    decode row (as on a GPU, where a plan that priced them dearer would not draft for several requests to learn
+    otherwise), a drafting step a base more with a draft forward (`PRIOR`), a quarter of one without
+    (`PRIOR_ONE_FORWARD`). `fixed` coefficients (three, or four with the draft row's) are used as given and never
+    refitted (tests, reproducing a run), and taken as `exact` unless told otherwise (the prior standing in for a
+    measured cost is a guess, not a measurement). The fit is redone as steps come in, every `REFIT_EVERY` of them
+    once there are enough (a step's planning should cost next to nothing beside a GPU's forward), and at once after
+    a step of a kind (plain or drafting) of whose rows it has fewer than `SCARCE` behind it: such a step is what the
+    plan waits for (`WidthPlanner.PLAIN_PROBES`). Where `skips_cold` (an engine's, `planner_for`), the first step of
+    each kind and row count is left out: it runs cold (new shapes for the kernels; vLLM on CPU, tiny checkpoints: up
+    to 1.5x what the same step takes after), and a plan priced by a cold drafting step holds every request at plain
     steps, which never measure drafting again, until the window drops it (vLLM, tiny NLD checkpoint, batch 1,
     2026-12-01: 128 plain steps with a drafting step fitted at 11 ms over a plain one, 4-5 ms warm;
     docs/adaptive-widths.md). The last `SCARCE` plain steps stay in the fit for `PLAIN_KEPT_FOR` steps, past the
     window: where nearly every step drafts (batch 1), the window lost them every ~130 steps, and the plan then took
     plain steps again to price one (`WidthPlanner.PLAIN_PROBES`): Jacobi on the tiny checkpoint, vLLM, batch 1,
-    2026-12-02: plain in 5.8% of its steps, its pinned width in the 1.8% that start a request. Drafting steps are not
-    kept: a plan held at plain steps by a few slow ones kept past the window (a process slowed from outside) never
-    measured drafting again (2026-12-02, docs/adaptive-widths.md)."""
+    2026-12-02: plain in 5.8% of its steps, its pinned width in the 1.8% that start a request. Drafting steps are
+    not kept: a plan held at plain steps by a few slow ones kept past the window (a process slowed from outside)
+    never measured drafting again (2026-12-02, docs/adaptive-widths.md)."""
 
-    PRIOR = (1.0, 0.025, 1.0)  # base, per row, per drafting step; in units of the base
-    PRIOR_ONE_FORWARD = (1.0, 0.025, 0.25)
+    PRIOR = (1.0, 0.025, 1.0, 0.0)  # base, per row, per drafting step, per draft row; in units of the base
+    PRIOR_ONE_FORWARD = (1.0, 0.025, 0.25, 0.0)
     REFIT_EVERY = 16
     SIMILAR = 1.5
     SCARCE = 4
     PLAIN_KEPT_FOR = 512
 
-    def __init__(self, fixed: tuple[float, float, float] | None = None, window: int = 128,
-                 prior_weight: float = 4.0, prior: tuple[float, float, float] = PRIOR, exact: bool | None = None,
-                 skips_cold: bool = False) -> None:
-        self.fixed = fixed
+    def __init__(self, fixed: Sequence[float] | None = None, window: int = 128, prior_weight: float = 4.0,
+                 prior: Sequence[float] = PRIOR, exact: bool | None = None, skips_cold: bool = False) -> None:
+        self.fixed = None if fixed is None else coefficients(fixed)
         self.exact = fixed is not None if exact is None else exact
-        self.prior = prior
-        self.steps: deque[tuple[float, float, float]] = deque(maxlen=window)  # rows, drafting, seconds
+        self.prior = coefficients(prior)
+        self.steps: deque[tuple[float, float, float, float]] = deque(maxlen=window)  # rows, drafting, draft rows, s
         self.observed = 0  # steps in `steps` so far, in all
         self.plain: deque[tuple[int, float, float]] = deque(maxlen=self.SCARCE)  # the last plain ones: index, rows, s
         self.prior_weight = prior_weight
-        self._fit: tuple[float, float, float] | None = None
+        self._fit: Coefficients | None = None
         self.unfitted = 0  # steps observed since the last fit
         self._rows = (np.zeros(0), np.zeros(0))  # rows of the measured (plain, drafting) steps behind the fit, sorted
         self._support_of: dict[tuple[int, bool], int] = {}  # `_supported`, for the current fit
         self.skips_cold = skips_cold
         self.warm: set[tuple[int, int]] = set()  # (rows, drafting) of the kinds of step run once already
 
-    def observe(self, rows: int, drafting: int, seconds: float) -> None:
-        """One step that forwarded `rows` in all, verifying drafts or not (`drafting`), took `seconds` (not counted
-        where it is the first of its kind and rows and the fit `skips_cold`)."""
+    def observe(self, rows: int, drafting: int, seconds: float, requests: int | None = None) -> None:
+        """One step of `requests` that forwarded `rows` in all, verifying drafts or not (`drafting`), took `seconds`
+        (not counted where it is the first of its kind and rows and the fit `skips_cold`). Without `requests`: a
+        plain step of a request a row, a drafting step of one request."""
         if self.fixed is None and rows > 0 and seconds > 0:
             if self.skips_cold and (shape := (int(rows), int(drafting))) not in self.warm:
                 self.warm.add(shape)
                 return
             scarce = self._fit is not None and self._supported(rows, bool(drafting)) < self.SCARCE
-            self.steps.append((float(rows), float(drafting), seconds))
+            requests = (1 if drafting else rows) if requests is None else requests
+            self.steps.append((float(rows), float(bool(drafting)), float(max(rows - requests, 0)), seconds))
             self.observed += 1
             if not drafting:
                 self.plain.append((self.observed, float(rows), seconds))
@@ -124,8 +144,9 @@ class StepCost:
                 self._fit = None
 
     @property
-    def coefficients(self) -> tuple[float, float, float]:
-        """(seconds per step, per row, per drafting step); the prior's shape at unit scale before any step."""
+    def coefficients(self) -> Coefficients:
+        """(seconds per step, per row, per drafting step, per draft row); the prior's shape at unit scale before any
+        step."""
         return self.fixed if self.fixed is not None else self._current()
 
     def support(self, rows: Any, drafting: bool = True) -> np.ndarray:
@@ -158,7 +179,7 @@ class StepCost:
             self._support_of[key] = int(self.support(rows, drafting))
         return self._support_of[key]
 
-    def _current(self) -> tuple[float, float, float]:
+    def _current(self) -> Coefficients:
         if self._fit is None:
             steps = self.measured()
             self._fit, self.unfitted = self.fitted(steps), 0
@@ -166,37 +187,39 @@ class StepCost:
             self._support_of.clear()
         return self._fit
 
-    def predict(self, rows: Any, drafting: Any) -> Any:
-        """Predicted seconds of steps forwarding `rows`, verifying drafts where `drafting` is 1."""
-        base, per_row, per_drafting = self.coefficients
-        return base + per_row * rows + per_drafting * drafting
+    def predict(self, rows: Any, drafting: Any, draft_rows: Any = 0.0) -> Any:
+        """Predicted seconds of steps forwarding `rows`, `draft_rows` of them past a request's first, verifying
+        drafts where `drafting` is 1."""
+        base, per_row, per_drafting, per_draft_row = self.coefficients
+        return base + per_row * rows + per_drafting * drafting + per_draft_row * draft_rows
 
     def measured(self) -> np.ndarray:
-        """[steps, (rows, drafting, seconds)] behind the fit: the window's, and the last plain steps past it for up
-        to `PLAIN_KEPT_FOR` steps."""
-        steps = np.array(self.steps, dtype=np.float64).reshape(-1, 3)
+        """[steps, (rows, drafting, draft rows, seconds)] behind the fit: the window's, and the last plain steps past it
+        for up to `PLAIN_KEPT_FOR` steps."""
+        steps = np.array(self.steps, dtype=np.float64).reshape(-1, 4)
         past = self.observed - len(self.steps)  # the index of the last step out of the window
-        kept = [(rows, 0.0, seconds) for index, rows, seconds in self.plain
+        kept = [(rows, 0.0, 0.0, seconds) for index, rows, seconds in self.plain
                 if self.observed - self.PLAIN_KEPT_FOR < index <= past]
         return np.concatenate([np.array(kept), steps]) if kept else steps
 
-    def fitted(self, steps: np.ndarray | None = None) -> tuple[float, float, float]:
+    def fitted(self, steps: np.ndarray | None = None) -> Coefficients:
         """The coefficients fitted to `steps` (`measured()` by default) and the prior."""
         steps = self.measured() if steps is None else steps
         if not len(steps):
             return self.prior
-        rows, extra, seconds = steps.T
+        design = np.concatenate([np.ones((len(steps), 1)), steps[:, :3]], 1)
+        seconds = steps[:, 3]
         prior = np.array(self.prior, dtype=np.float64)
-        ratios = np.sort(seconds / (prior[0] + prior[1] * rows + prior[2] * extra))
+        ratios = np.sort(seconds / (design @ prior))
         scale = float(ratios[(len(ratios) - 1) // 2])  # the lower median
-        # The prior as pseudo-steps: one row, 64 rows, one row in a drafting step.
-        pseudo = np.array([[1.0, 1.0, 0.0], [1.0, 64.0, 0.0], [1.0, 1.0, 1.0]])
-        design = np.concatenate([np.stack([np.ones_like(rows), rows, extra], 1), pseudo])
+        # The prior as pseudo-steps: one row, 64 rows, one row in a drafting step, 17 rows in one drafting for 16.
+        pseudo = np.array([[1.0, 1.0, 0.0, 0.0], [1.0, 64.0, 0.0, 0.0], [1.0, 1.0, 1.0, 0.0], [1.0, 17.0, 1.0, 16.0]])
         target = np.concatenate([seconds, scale * pseudo @ prior])
-        root = np.sqrt(np.concatenate([np.ones_like(seconds), np.full(3, self.prior_weight / 3)]))[:, None]
-        solution = np.linalg.lstsq(design * root, target[:, None] * root, rcond=None)[0][:, 0]
+        weights = np.concatenate([np.ones_like(seconds), np.full(len(pseudo), self.prior_weight / len(pseudo))])
+        root = np.sqrt(weights)[:, None]
+        solution = np.linalg.lstsq(np.concatenate([design, pseudo]) * root, target[:, None] * root, rcond=None)[0][:, 0]
         base = max(float(solution[0]), 1e-3 * scale)
-        return base, max(float(solution[1]), 0.0), max(float(solution[2]), 0.0)
+        return base, *(max(float(value), 0.0) for value in solution[1:])  # type: ignore[return-value]
 
 
 class StepGap:
@@ -618,7 +641,7 @@ class WidthPlanner:
         order = np.argsort(-key.ravel(), kind="stable")
         tokens = batch + np.concatenate([[0.0], gains.ravel()[order].cumsum()])  # taking the first n pairs
         rows = batch + np.concatenate([[0.0], marginal[order % width].cumsum()])
-        seconds = self.cost.predict(rows, np.arange(batch * width + 1) > 0)
+        seconds = self.cost.predict(rows, np.arange(batch * width + 1) > 0, rows - batch)
         useful = 1 + int(np.count_nonzero(key.ravel() > 0))  # pairs that gain anything come first
         owners = order[: useful - 1] // width
 
@@ -638,7 +661,8 @@ class WidthPlanner:
         useful = 1 + int(np.count_nonzero(gained > 0))
         tokens = batch + np.concatenate([[0.0], gained.cumsum()])[:useful]
         rows = batch * self.shape.rows(w[:useful])
-        return np.full(batch, self._best(tokens / self.cost.predict(rows, w[:useful] > 0), rows), dtype=np.int64)
+        seconds = self.cost.predict(rows, w[:useful] > 0, rows - batch)
+        return np.full(batch, self._best(tokens / seconds, rows), dtype=np.int64)
 
     def margins(self, rows: Any, plain_rows: float) -> np.ndarray:
         """For drafting steps of each of `rows`, against a plain step of `plain_rows`: how much more than the plain step
@@ -682,7 +706,7 @@ class WidthPlanner:
         """A measured decode step of the requests `keys` for the cost model (`StepCost.observe`), its timed `seconds`
         and what such a step costs outside them (`StepGap`, where the engine tells `began` and `keys`); `describe()`
         when a report is due (every `REPORT_EVERY_S`), for the engine's log."""
-        self.cost.observe(rows, drafting, seconds + self.gap.seconds)
+        self.cost.observe(rows, drafting, seconds + self.gap.seconds, None if keys is None else len(keys))
         if keys is not None:
             self.gap.ended(keys)
         now = time.monotonic()
@@ -693,11 +717,12 @@ class WidthPlanner:
 
     def describe(self) -> dict[str, float]:
         """What the planner chose and the cost model it chose by, for logs, metrics and the bench."""
-        base, per_row, per_drafting = self.cost.coefficients
+        base, per_row, per_drafting, per_draft_row = self.cost.coefficients
         described = {"steps": self.stats.steps, "ar_share": round(self.stats.ar_share, 4),
                      "drafts_per_step": round(self.stats.drafts / max(self.stats.steps, 1), 3),
                      "step_ms": round(1e3 * base, 3), "row_ms": round(1e3 * per_row, 4),
-                     "drafting_step_ms": round(1e3 * per_drafting, 3), "measured_steps": len(self.cost.steps),
+                     "drafting_step_ms": round(1e3 * per_drafting, 3), "draft_row_ms": round(1e3 * per_draft_row, 4),
+                     "measured_steps": len(self.cost.steps),
                      "outside_ms": round(1e3 * self.gap.seconds, 3), "expected_share": round(self.expected_share, 3)}
         if self.branches:
             described["branches"] = round(self.branches, 3)  # the recycled branches a drafting forward carries

@@ -12,7 +12,7 @@ from parallel_decoding.common.width_planner import AcceptanceTable, Shape, StepC
 KEYS = ["a", "b", "c", "d"]
 
 
-def planner(cost: tuple[float, float, float], shape: Shape | None = None, width: int = 8) -> WidthPlanner:
+def planner(cost: tuple[float, ...], shape: Shape | None = None, width: int = 8) -> WidthPlanner:
     return WidthPlanner(width, shape or Shape(), StepCost(cost))
 
 
@@ -243,18 +243,56 @@ def test_one_failed_verification_does_not_set_the_method_against_drafting():
 
 def test_the_cost_model_fits_measured_steps():
     cost = StepCost()
-    for rows in (1, 4, 8, 16, 32, 64, 9, 18):
-        for extra in (0, 1):
-            cost.observe(rows, extra, 0.030 + 0.0005 * rows + 0.020 * extra)
-    base, per_row, per_forward = cost.coefficients
+    for rows in (1, 4, 8, 16, 32, 64, 9, 18) * 4:
+        cost.observe(rows, 0, 0.030 + 0.0005 * rows, rows)
+        for requests in {1, max(rows // 2, 1)}:  # drafting for one request, or for several with fewer draft rows
+            cost.observe(rows, 1, 0.030 + 0.0005 * rows + 0.020 + 0.001 * (rows - requests), requests)
+    base, per_row, per_forward, per_draft_row = cost.coefficients
     assert abs(base - 0.030) < 2e-3 and abs(per_row - 0.0005) < 1e-4 and abs(per_forward - 0.020) < 2e-3
+    assert abs(per_draft_row - 0.001) < 1e-4
+
+
+def test_draft_rows_are_priced_apart_from_decode_rows():
+    """A step's rows past each request's first (its drafts, its draft forward's rows) cost what decode rows do not.
+    From steps drafting for one request (batch 1) the fit cannot tell a draft row's cost from a drafting step's, and
+    the prior's shape splits it; once a few steps drafting for several requests are measured, it prices steps
+    drafting for more by their draft rows. vLLM on CPU, SmolLM2, pinned linear `diffusion_self` (2026-12-04): a
+    decode row 0.8 ms, a draft row 1.4-1.6 ms; one cost per row priced steps drafting for 3-5 requests at 0.5-0.9 of
+    their time (2026-12-02)."""
+    truth = StepCost((0.038, 0.0008, 0.008, 0.0007))
+
+    def seconds(rows: int, requests: int) -> float:
+        return float(truth.predict(rows, rows > requests, rows - requests))
+
+    cost = StepCost()
+    for _ in range(40):
+        for rows, requests in ((8, 8), (1, 1), (17, 1)):  # plain at batch 8 and 1; 8 drafts for one request
+            cost.observe(rows, int(rows > requests), seconds(rows, requests), requests)
+    ratios = [float(cost.predict(17 * n, 1, 16 * n)) / seconds(17 * n, n) for n in (3, 5, 8)]
+    assert all(0.75 < ratio < 1.1 for ratio in ratios), ratios  # the prior splits it: a draft row as a decode row
+    for _ in range(9):
+        cost.observe(3 * 17 + 5, 1, seconds(3 * 17 + 5, 8), 8)  # the batch's tail: three of its eight draft
+    ratios = [float(cost.predict(17 * n, 1, 16 * n)) / seconds(17 * n, n) for n in (3, 5, 8)]
+    assert all(0.94 < ratio < 1.03 for ratio in ratios), ratios
+    assert cost.coefficients[3] > 0.0003
+
+
+def test_a_plan_pays_for_its_draft_rows():
+    """The plan prices each candidate step's rows past a request's first by the draft row's cost, in both layouts."""
+    for shape in (Shape(), Shape(uniform=True), Shape(extra_forward=True)):
+        assert planner((1.0, 0.0, 0.0, 0.0), shape=shape).plan(["a", "b"], [4, 4]).tolist() == [4, 4]
+        assert planner((1.0, 0.0, 0.0, 1.0), shape=shape).plan(["a", "b"], [4, 4]).tolist() == [0, 0]
+    plan = WidthPlanner(4, Shape(), StepCost())
+    plan.observe(10, 1, 0.05, ["a", "b"])  # told the step's requests: 8 of its 10 rows are draft rows
+    plan.observe(3, 0, 0.02, ["a", "b", "c"])
+    assert [tuple(step[:3]) for step in plan.cost.steps] == [(10.0, 1.0, 8.0), (3.0, 0.0, 0.0)]
 
 
 def test_one_width_seen_leaves_the_slope_to_the_prior():
     cost = StepCost()
     for _ in range(50):
         cost.observe(8, 0, 0.05)
-    base, per_row, _ = cost.coefficients
+    base, per_row, *_ = cost.coefficients
     assert abs(base + 8 * per_row - 0.05) < 5e-3 and 0 < per_row < base
 
 
@@ -269,7 +307,7 @@ def test_the_fit_is_redone_every_few_steps_and_follows_a_change(monkeypatch):
         cost.observe(8 + step % 8, 0, (0.050 if step < 48 else 0.100) + 0.001 * (step % 8))
         cost.predict(torch.tensor(8.0), torch.tensor(0.0))  # a plan reads the fit
     assert fits[:4] == [1, 2, 3, 4] and len(fits) == 11 and all(b - a == 16 for a, b in pairwise(fits[-5:]))
-    base, per_row, _ = cost.coefficients
+    base, per_row, *_ = cost.coefficients
     assert base + 8 * per_row > 0.07  # the slower half is in the last fit (the faster half's steps: 0.050-0.057)
 
 
@@ -300,7 +338,7 @@ def test_what_a_step_costs_between_steps_of_the_same_batch_is_priced(monkeypatch
 def test_fixed_costs_are_not_refitted():
     cost = StepCost((1.0, 0.5, 0.0))
     cost.observe(8, 0, 123.0)
-    assert cost.coefficients == (1.0, 0.5, 0.0)
+    assert cost.coefficients == (1.0, 0.5, 0.0, 0.0)  # three given: no cost per draft row
 
 
 def test_planner_for_follows_the_config_and_reports_at_most_every_interval():
@@ -314,7 +352,7 @@ def test_planner_for_follows_the_config_and_reports_at_most_every_interval():
     assert plan.observe(8, 0, 0.05)["measured_steps"] == 0 and plan.observe(8, 0, 0.05) is None
     plan.observe(8, 1, 0.05)
     assert len(plan.cost.steps) == 1
-    assert planner_for(parse_config("jacobi", {"step_cost": [1, 0, 0]}), 4, Shape()).cost.coefficients == [1, 0, 0]
+    assert planner_for(parse_config("jacobi", {"step_cost": [1, 0, 0]}), 4, Shape()).cost.coefficients == (1, 0, 0, 0)
     # Several workers planning the same batch (tensor parallel) share the prior's cost model, never their timings.
     shared = planner_for(parse_config("jacobi", {"block_size": 4}), 4, Shape(), measured=False)
     shared.observe(8, 0, 0.05)
@@ -322,7 +360,7 @@ def test_planner_for_follows_the_config_and_reports_at_most_every_interval():
     # A drafting step's prior: a base more with a draft forward of its own, a quarter of one without.
     assert planner_for(parse_config("diffusion_self", {}), 4, Shape(extra_forward=True)).cost.prior == StepCost.PRIOR
     assert planner_for(parse_config("jacobi", {"step_cost": [1, 0, 0]}), 4, Shape(), measured=False
-                       ).cost.coefficients == [1, 0, 0]
+                       ).cost.coefficients == (1, 0, 0, 0)
 
 
 def test_a_cold_first_drafting_step_does_not_hold_an_engines_plans_at_plain_steps():
@@ -638,7 +676,7 @@ def test_a_request_given_drafts_keeps_them_until_a_step_of_it_is_told():
     step's cost alone does not hold it at no draft before its drafts are verified (for `UNTOLD_STEPS` such steps)."""
     plan = planner((1.0, 0.0, 0.0))
     assert plan.plan(["a", "b"], [4, 4]).tolist() == [4, 4]
-    plan.cost.fixed = (1.0, 5.0, 0.0)  # rows dear now: a fresh plan drafts nothing
+    plan.cost.fixed = (1.0, 5.0, 0.0, 0.0)  # rows dear now: a fresh plan drafts nothing
     plan.record(["a", "b"], [0, 3], [0, 1])  # a's step laid its drafts and verified none; b's verified three
     assert plan.plan(["a", "b"], [4, 4]).tolist() == [4, 0]
     for _ in range(WidthPlanner.UNTOLD_STEPS - 1):
@@ -646,9 +684,9 @@ def test_a_request_given_drafts_keeps_them_until_a_step_of_it_is_told():
         assert plan.plan(["a", "b"], [2, 4]).tolist() == [2, 0]  # within its limit
     plan.record(["a", "b"], [0, 0], [0, 0])
     assert plan.plan(["a", "b"], [4, 4]).tolist() == [0, 0]  # as many steps told nothing: planned afresh
-    plan.cost.fixed = (1.0, 0.0, 0.0)
+    plan.cost.fixed = (1.0, 0.0, 0.0, 0.0)
     assert plan.plan(["a"], [4]).tolist() == [4]
-    plan.cost.fixed = (1.0, 5.0, 0.0)
+    plan.cost.fixed = (1.0, 5.0, 0.0, 0.0)
     plan.record(["a"], [4], [1])  # told: planned afresh at once
     assert plan.plan(["a"], [4]).tolist() == [0]
 
