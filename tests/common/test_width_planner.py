@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+from parallel_decoding.common.errors import ConfigError
 from parallel_decoding.common.width_planner import AcceptanceTable, Shape, StepCost, WidthPlanner
 
 KEYS = ["a", "b", "c", "d"]
@@ -353,6 +354,11 @@ def test_planner_for_follows_the_config_and_reports_at_most_every_interval():
     plan.observe(8, 1, 0.05)
     assert len(plan.cost.steps) == 1
     assert planner_for(parse_config("jacobi", {"step_cost": [1, 0, 0]}), 4, Shape()).cost.coefficients == (1, 0, 0, 0)
+    four = planner_for(parse_config("jacobi", {"step_cost": [1, 0, 0, 0.5]}), 4, Shape())
+    assert four.cost.coefficients == (1, 0, 0, 0.5)  # the fourth: per draft row
+    for bad in ([1, 0], [1, 0, 0, 0, 0], [1, 0, 0, -1]):
+        with pytest.raises(ConfigError, match="step_cost"):
+            parse_config("jacobi", {"step_cost": bad})
     # Several workers planning the same batch (tensor parallel) share the prior's cost model, never their timings.
     shared = planner_for(parse_config("jacobi", {"block_size": 4}), 4, Shape(), measured=False)
     shared.observe(8, 0, 0.05)
