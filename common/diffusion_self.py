@@ -25,14 +25,14 @@ MODES = ("linear", "quadratic")
 
 @dataclass(frozen=True)
 class DiffusionSelfConfig:
-    """`num_speculative_tokens` drafts verified per step; `draft_adapter` names a LoRA used only when drafting (in
-    mode quadratic: on the draft groups' rows of the verify forward only);
-    `dlm_type` says which logit row drafts a slot (see `common.draft_layout`; unset: the checkpoint's). `mode`
-    `linear` drafts in a forward of its own; `quadratic` drafts inside the verify forward
-    (`common.quadratic_self_spec`, with `num_speculative_tokens` + 1 mask slots per group). In the engines, mode
-    `adaptive` (default on) drafts each step only as many tokens per request as pay for their rows, none when no
-    draft would (a plain AR step: `common.width_planner`); false drafts `num_speculative_tokens` always;
-    `step_cost` fixes the cost model instead of measuring it."""
+    """`num_speculative_tokens` drafts verified per step; `draft_adapter` names a LoRA used only when drafting (in mode
+    quadratic: on the draft groups' rows of the verify forward only); `dlm_type` says which logit row drafts a slot (see
+    `common.draft_layout`; unset: the checkpoint's). `mode` `linear` drafts in a forward of its own; `quadratic` drafts
+    inside the verify forward (`common.quadratic_self_spec`, with `num_speculative_tokens` + 1 mask slots per group). In
+    the engines (and in the reference runner where set to true: `common.runner_widths`) `adaptive` (default on) drafts
+    each step only as many tokens per request as pay for their rows, none when no draft would (a plain AR step:
+    `common.width_planner`); false drafts `num_speculative_tokens` always; `step_cost` fixes the cost model instead of
+    measuring it."""
 
     num_speculative_tokens: int = 31
     mask_token_id: int | None = None
@@ -101,10 +101,22 @@ class DiffusionSelfDecoder(Decoder):
         self.config = config
         self.drafts: torch.Tensor | None = None
         self.draft_probs: torch.Tensor | None = None
+        self.draft_cap: int | None = None  # a width planner's, set before each step (the reference runner's)
+        self.verified = (0, 0)  # the last step's drafts verified and accepted, for that planner
+
+    @property
+    def most_drafts(self) -> int:
+        return self.config.num_speculative_tokens
 
     @property
     def width(self) -> int:
-        return draft_width(self.config.num_speculative_tokens, self.remaining)
+        cap = self.most_drafts if self.draft_cap is None else max(min(self.draft_cap, self.most_drafts), 0)
+        return draft_width(cap, self.remaining)
+
+    def cap(self, width: int) -> None:
+        """A width planner's cap on the next step's drafts (`common.width_planner.cap_widths`); 0 skips the draft
+        forward, a plain AR step."""
+        self.draft_cap = width
 
     @property
     def seed_position(self) -> int:
@@ -128,5 +140,6 @@ class DiffusionSelfDecoder(Decoder):
             self.note_margin(margins.top2(logits))
         committed = verify(drafts, logits, self.sampling, self.generator, self.draft_probs)
         self.acceptance.record(drafts.numel(), len(committed) - 1)
+        self.verified = (drafts.numel(), len(committed) - 1)
         self.drafts = self.draft_probs = None
         return Outcome(committed, kv_keep=len(committed))

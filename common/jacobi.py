@@ -34,12 +34,12 @@ from parallel_decoding.common.window import Attention, Forward, Outcome
 
 @dataclass(frozen=True)
 class JacobiConfig:
-    """n drafts per block; K blocks (1 = plain Jacobi with a running window); spawn ratio r; n-gram pool and how
-    its candidates are verified: `branches` beside the main drafts in one forward (the paper's), or `linear`, the
-    newest candidate in place of the RA drafts (for verifiers that take one linear draft, as vLLM's). In the engines
-    `adaptive` (default on) verifies only as many of the window's drafts (and of each recycled branch's) each step as
-    pay for their rows (`common.width_planner`; false: all of them), with `step_cost` a fixed cost model instead of
-    the measured one."""
+    """n drafts per block; K blocks (1 = plain Jacobi with a running window); spawn ratio r; n-gram pool and how its
+    candidates are verified: `branches` beside the main drafts in one forward (the paper's), or `linear`, the newest
+    candidate in place of the RA drafts (for verifiers that take one linear draft, as vLLM's). In the engines (and in
+    the reference runner where set to true: `common.runner_widths`) `adaptive` (default on) verifies only as many of the
+    window's drafts (and of each recycled branch's) each step as pay for their rows (`common.width_planner`; false: all
+    of them), with `step_cost` a fixed cost model instead of the measured one."""
 
     block_size: int = 16
     num_blocks: int = 1

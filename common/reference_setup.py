@@ -1,6 +1,7 @@
 """A method ready to run on a checkpoint directory in the reference runner: the model and tokenizer, the method's
 config completed from the checkpoint (mask token, `dlm_type`), its draft adapter switched on while drafting, and the
-checkpoint's EOS ids. The one factory the reference CLI, the demo, the bench and the tools build a runner with."""
+checkpoint's EOS ids, and the width planner where the config asks the reference runner to adapt
+(`common.runner_widths`). The one factory the reference CLI, the demo, the bench and the tools build a runner with."""
 
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +15,7 @@ from parallel_decoding.common.draft_layout import complete_config
 from parallel_decoding.common.lora import draft_adapters
 from parallel_decoding.common.methods import make_decoder, parse_config
 from parallel_decoding.common.runner import ReferenceRunner
+from parallel_decoding.common.runner_widths import reference_planner
 from parallel_decoding.common.sampling import SamplingParams
 
 
@@ -47,5 +49,6 @@ def reference_setup(model_dir: str | Path, method: str, settings: dict[str, Any]
     config = parse_config(method, settings)
     model, tokenizer = load(model_dir, device=device, dtype=dtype, trust_remote_code=trust_remote_code)
     config = complete_config(config, model.config, lambda: tokenizer)
-    runner = ReferenceRunner(model, use_cache=use_cache, adapters=draft_adapters(model, model_dir, config))
+    runner = ReferenceRunner(model, use_cache=use_cache, adapters=draft_adapters(model, model_dir, config),
+                             planner=reference_planner(config))
     return ReferenceSetup(model, tokenizer, method, config, runner)

@@ -10,6 +10,8 @@ from transformers import DynamicCache, PreTrainedModel
 
 from parallel_decoding.common.attention import additive_mask
 from parallel_decoding.common.decoder import Decoder
+from parallel_decoding.common.runner_widths import PlannedSteps
+from parallel_decoding.common.width_planner import WidthPlanner
 from parallel_decoding.common.window import Forward, Outcome
 
 Adapter = Callable[..., AbstractContextManager]  # called with the rows it applies to, or with nothing: every row
@@ -42,13 +44,16 @@ class ReferenceRunner:
 
     With `use_cache` the cache holds the decoder's committed KV and is cropped after every forward; without
     it every forward recomputes the committed prefix from scratch (the oracle for the cached path).
-    `adapters` maps a forward's adapter name (e.g. NLD's draft LoRA) to a context that enables it.
+    `adapters` maps a forward's adapter name (e.g. NLD's draft LoRA) to a context that enables it. With a
+    `planner` (`common.runner_widths`), a decoder that takes a cap on its drafts gets the planner's before each step.
     """
 
-    def __init__(self, model: PreTrainedModel, use_cache: bool = True, adapters: dict[str, Adapter] | None = None):
+    def __init__(self, model: PreTrainedModel, use_cache: bool = True, adapters: dict[str, Adapter] | None = None,
+                 planner: WidthPlanner | None = None):
         self.model = model
         self.use_cache = use_cache
         self.adapters = adapters or {}
+        self.planner = planner
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
 
@@ -68,14 +73,23 @@ class ReferenceRunner:
     def steps(self, decoder: Decoder) -> Iterator[Step]:
         """Run `decoder` to the end, yielding each forward's `Step`."""
         cache = DynamicCache(config=self.model.config) if self.use_cache else None
-        while not decoder.finished:
-            forward = decoder.next_forward()
-            with self.adapter(forward.adapter)(*self.adapter_rows(forward, decoder, cache)):
-                logits = self.logits(forward, decoder, cache)
-            outcome = decoder.apply(logits)
-            if cache is not None and cache.get_seq_length() > decoder.cache_len:
-                cache.crop(decoder.cache_len - cache.get_seq_length())
-            yield Step(forward, outcome, cache)
+        planned = PlannedSteps(self.planner, decoder) if self.planner is not None and hasattr(decoder, "cap") else None
+        try:
+            while not decoder.finished:
+                if planned is not None:
+                    planned.begin()
+                forward = decoder.next_forward()
+                with self.adapter(forward.adapter)(*self.adapter_rows(forward, decoder, cache)):
+                    logits = self.logits(forward, decoder, cache)
+                outcome = decoder.apply(logits)
+                if planned is not None:
+                    planned.forwarded(forward.num_tokens, outcome)
+                if cache is not None and cache.get_seq_length() > decoder.cache_len:
+                    cache.crop(decoder.cache_len - cache.get_seq_length())
+                yield Step(forward, outcome, cache)
+        finally:
+            if planned is not None:
+                planned.end()
 
     @staticmethod
     def adapter_rows(forward: Forward, decoder: Decoder, cache: DynamicCache | None) -> tuple[torch.Tensor, ...]:

@@ -27,10 +27,10 @@ from parallel_decoding.common.window import Forward, Outcome, causal_forward
 
 @dataclass(frozen=True)
 class WeDLMSpecConfig:
-    """`window`: mask slots forwarded after the drafts, the bonus's and the next drafts' (so up to window - 1
-    drafts are verified per step). In the engines `adaptive` (default on) caps each step's drafts and slots per
-    request at what pays for their rows (`common.width_planner`); false keeps the window; `step_cost` fixes the
-    cost model instead of measuring it."""
+    """`window`: mask slots forwarded after the drafts, the bonus's and the next drafts' (so up to window - 1 drafts are
+    verified per step). In the engines (and in the reference runner where set to true: `common.runner_widths`)
+    `adaptive` (default on) caps each step's drafts and slots per request at what pays for their rows
+    (`common.width_planner`); false keeps the window; `step_cost` fixes the cost model instead of measuring it."""
 
     window: int = 16
     mask_token_id: int | None = None

@@ -37,8 +37,10 @@ AR without it too (`async_scheduling` in each vLLM record), and `ar-sync` is AR 
 Acceptance length is tokens per verify step (vLLM: per draft; SGLang: per speculative step after the
 prefill); the histogram counts verify steps by accepted drafts (vLLM only).
 `--engine reference` times `common/`'s reference runner itself (transformers, one request at a time, so batch 1
-only, at the configured width: it has no planner), on `--device` (a GPU where there is one): what the methods' saved
-forwards become where a forward's cost hardly grows with its rows. Its tokens per forward are its own counts.
+only), on `--device` (a GPU where there is one): what the methods' saved forwards become where a forward's cost
+hardly grows with its rows. A method that adapts runs with `"adaptive": true` there (the reference runner's planner,
+`common.runner_widths`, which it takes only when asked) beside its pinned width. Its tokens per forward are its own
+counts.
 SGLang runs in its own environment (`scripts/setup_sglang_env.sh`), on CPU with `scripts.sglang_server`'s settings
 (float32; every engine of a run with the same KV pool) when there is no GPU; it has no ngram here, and only SGLang
 runs `jacobi_recycling` (candidates verified as branches beside the drafts; `jacobi` recycles linearly on both
@@ -112,10 +114,10 @@ def width(spec: dict) -> int:
     return max_proposals(spec["method"], typed(spec))
 
 
-def adapts(spec: dict, engine: str) -> bool:
-    """Whether the method chooses its widths by load in `engine` (`common.width_planner`): then it also runs pinned
-    to its configured width (`-fixed`). The reference runner has no planner."""
-    return engine != "reference" and getattr(typed(spec), "adapts", False)
+def adapts(spec: dict) -> bool:
+    """Whether the method chooses its widths by load (`common.width_planner`): then it also runs pinned to its
+    configured width (`-fixed`)."""
+    return getattr(typed(spec), "adapts", False)
 
 
 def ngram(spec: dict) -> dict:
@@ -275,8 +277,9 @@ def reference_run(model_dir: str, spec: dict | None, max_tokens: int, prompts: l
             continue
         tokens, forwards, seconds = tokens + len(decoder.output), forwards + decoder.forwards, seconds + result.seconds
         generated, rows = generated + len(decoder.output) - decoder.prefill_tokens, rows + decoder.decode_rows
+    planner = setup.runner.planner
     return {"tokens_per_forward": tokens / forwards, "p_cache": generated / max(rows, 1), "tokens": tokens,
-            "seconds": seconds}
+            "seconds": seconds, "planner": None if planner is None else planner.describe()}
 
 
 def run_reference(model: str, spec: dict | None, batch_size: int, max_tokens: int, rounds: int, prompts: list[str],
@@ -287,7 +290,7 @@ def run_reference(model: str, spec: dict | None, batch_size: int, max_tokens: in
     chosen = [prompts[r % len(prompts)] for r in range(rounds + 1)]
     run = reference_run(model, spec, max_tokens, chosen, dtype, device, warm_up=True)
     return {**run, "tokens_per_second": run["tokens"] / run["seconds"], "acceptance_length": None,
-            "acceptance_histogram": None, "planner": None}
+            "acceptance_histogram": None}
 
 
 def reference_costs(model_dir: str, spec: dict, max_tokens: int, prompts: list[str]) -> dict:
@@ -429,8 +432,10 @@ def main() -> None:
             if args.sync_ar and args.engine == "vllm":
                 plan.append((size, checkpoint, SYNC_AR, None))
             for name, _, spec in (m for m in chosen if m[1] == checkpoint):
+                if args.engine == "reference" and adapts(spec):  # the reference adapts only when asked
+                    spec = {**spec, "adaptive": True}
                 plan.append((size, checkpoint, name, spec))
-                if adapts(spec, args.engine) and not args.against_ar:
+                if adapts(spec) and not args.against_ar:
                     plan.append((size, checkpoint, f"{name}-fixed", {**spec, "adaptive": False}))
                 if ONE_ENGINE["ngram"] == args.engine and not args.against_ar:
                     plan.append((size, checkpoint, f"ngram-{width(spec)}", ngram(spec)))

@@ -1,0 +1,71 @@
+"""Speculation widths chosen by load in the reference runner (`common.width_planner`), as the engines choose them:
+before each step the planner caps the request's drafts at what its acceptance so far pays for at the measured cost of
+the step's rows (0: a plain AR step), and the step's time and rows refit that cost. A step is the forwards up to one
+that commits (linear `diffusion_self`: its draft forward and its verify forward).
+
+The runner runs one request at a time, so it plans a batch of one. Only where the config asks for it
+(`"adaptive": true`): left unset, the engines adapt and the reference runner, the oracle their tests compare with,
+forwards the configured width, so its forwards do not depend on this machine's timing.
+"""
+
+import itertools
+import time
+from typing import Any
+
+from parallel_decoding.common.decoder import Decoder
+from parallel_decoding.common.diffusion_self import DiffusionSelfConfig
+from parallel_decoding.common.jacobi import JacobiConfig
+from parallel_decoding.common.wedlm_spec import WeDLMSpecConfig
+from parallel_decoding.common.width_planner import Shape, WidthPlanner, cap_widths, planner_for
+from parallel_decoding.common.window import Outcome
+
+
+def reference_planner(config: Any) -> WidthPlanner | None:
+    """The width planner of a lossless method's config that sets `adaptive: true` (with its `step_cost`, if fixed);
+    None for any other."""
+    if getattr(config, "adaptive", None) is not True:
+        return None
+    if isinstance(config, JacobiConfig):
+        return planner_for(config, config.block_size * config.num_blocks, config.shape())
+    if isinstance(config, DiffusionSelfConfig):
+        quadratic = config.mode == "quadratic"
+        shape = Shape(quadratic=quadratic, extra_forward=not quadratic)
+        return planner_for(config, config.num_speculative_tokens, shape)
+    if isinstance(config, WeDLMSpecConfig):
+        return planner_for(config, config.window - 1, Shape(mask_slots=True))
+    return None
+
+
+class PlannedSteps:
+    """One request's steps under `planner`: `begin` before a step's first forward, `forwarded` after each forward,
+    `end` once the request is done."""
+
+    _keys = itertools.count()
+
+    def __init__(self, planner: WidthPlanner, decoder: Decoder) -> None:
+        self.planner = planner
+        self.decoder = decoder
+        self.key = f"reference-{next(self._keys)}"
+        self.rows = 0
+        self.started: float | None = None
+
+    def begin(self) -> None:
+        """Cap the step's drafts, once per step (not before a verify forward that follows its draft forward)."""
+        if self.started is not None:
+            return
+        self.planner.began([self.key])
+        self.started = time.perf_counter()
+        cap_widths(self.planner, [self.key], [self.decoder])
+
+    def forwarded(self, rows: int, outcome: Outcome) -> None:
+        """A forward of `rows` ran; one that commits ends the step, whose time and rows the cost model learns."""
+        self.rows += rows
+        if not outcome.committed or self.started is None:
+            return
+        if self.planner.shape.branches and getattr(self.decoder, "draft_cap", None):
+            self.planner.branched([self.decoder.branches_planned])
+        self.planner.observe(self.rows, int(self.rows > 1), time.perf_counter() - self.started, [self.key])
+        self.rows, self.started = 0, None
+
+    def end(self) -> None:
+        self.planner.forget([self.key])
