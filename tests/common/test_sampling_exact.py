@@ -14,6 +14,7 @@ import parallel_decoding.common.wedlm_spec
 from parallel_decoding.common.acceptance import verify
 from parallel_decoding.common.decoder import Limits
 from parallel_decoding.common.methods import make_decoder, parse_config
+from parallel_decoding.common.runner_widths import reference_planner
 from parallel_decoding.common.sampling import SamplingParams, sample, target_probs
 from scripts.make_tiny_models import build_model
 from tests.support.exact import (
@@ -147,3 +148,24 @@ def test_wrong_acceptance_rule_is_detected(small_model, monkeypatch, method, set
     params = PARAMS[0]
     p_value = chi_square_p_value(empirical(small_model, method, settings, params), exact_joint(small_model, params))
     assert p_value < P_VALUE_FLOOR
+
+
+def test_self_speculation_distribution_matches_ar_under_the_reference_runners_planner(small_model):
+    """Linear self-speculation in the reference runner with its width planner (`"adaptive": true`, a fixed cost at
+    which the plan follows each request's acceptance): the caps vary from request to request and step to step
+    (2, 1 and 0: a plain step, no draft forward), and the output is still the model's distribution."""
+    params = PARAMS[0]
+    config = parse_config("diffusion_self", {"num_speculative_tokens": 2, "adaptive": True,
+                                             "step_cost": [1.0, 0.1, 0.1]}, mask_token_id=MASK)
+    runner = MemoRunner(small_model)
+    runner.planner = reference_planner(config)
+    counts: dict[tuple[int, ...], int] = {}
+    caps = set()
+    for seed in range(SAMPLES):
+        request = SamplingParams(params.temperature, params.top_p, params.top_k, seed=seed)
+        decoder = make_decoder("diffusion_self", config, PROMPT, request, Limits(SPEC_LENGTH))
+        for _ in runner.steps(decoder):
+            caps.add(decoder.draft_cap)
+        counts[tuple(decoder.output)] = counts.get(tuple(decoder.output), 0) + 1
+    assert caps == {0, 1, 2}
+    assert chi_square_p_value(counts, exact_joint(small_model, params, SPEC_LENGTH)) > P_VALUE_FLOOR
