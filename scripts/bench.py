@@ -37,7 +37,8 @@ AR without it too (`async_scheduling` in each vLLM record), and `ar-sync` is AR 
 Acceptance length is tokens per verify step (vLLM: per draft; SGLang: per speculative step after the
 prefill); the histogram counts verify steps by accepted drafts (vLLM only).
 `--engine reference` times `common/`'s reference runner itself (transformers, one request at a time, so batch 1
-only), on `--device` (a GPU where there is one): what the methods' saved forwards become where a forward's cost
+only; the methods of a checkpoint each in a runner of its own, timing a request each in turn), on `--device` (a GPU
+where there is one): what the methods' saved forwards become where a forward's cost
 hardly grows with its rows. A method that adapts runs with `"adaptive": true` there (the reference runner's planner,
 `common.runner_widths`, which it takes only when asked) beside its pinned width. Its tokens per forward are its own
 counts.
@@ -256,41 +257,74 @@ class SglangRun:
         }
 
 
+class ReferenceRequests:
+    """One method (AR where `spec` is None) in `common/`'s reference runner on a checkpoint, timed a request at a
+    time (greedy, the config's draft adapter), its counts summed over the requests counted."""
+
+    def __init__(self, model_dir: str, spec: dict | None, max_tokens: int, dtype: str = "float32",
+                 device: str = "cpu") -> None:
+        import torch
+
+        from parallel_decoding.common.reference_setup import reference_setup
+
+        method, settings = (spec["method"], {k: v for k, v in spec.items() if k != "method"}) if spec else ("ar", {})
+        self.setup = reference_setup(model_dir, method, settings, device=device, dtype=getattr(torch, dtype))
+        self.limits = self.setup.limits(max_tokens, stop_at_eos=False)
+        self.tokens = self.forwards = self.generated = self.rows = 0
+        self.seconds = 0.0
+        self.rounds: list[float] = []  # each counted request's tokens per second
+
+    def run(self, prompt: str, counted: bool = True) -> None:
+        from parallel_decoding.common.sampling import SamplingParams
+
+        decoder = self.setup.decoder(self.setup.tokenizer.encode(prompt), SamplingParams(), self.limits)
+        result = self.setup.runner.run(decoder)
+        if counted:
+            self.tokens, self.forwards = self.tokens + len(decoder.output), self.forwards + decoder.forwards
+            self.generated += len(decoder.output) - decoder.prefill_tokens
+            self.rows += decoder.decode_rows
+            self.seconds += result.seconds
+            self.rounds.append(len(decoder.output) / result.seconds)
+
+    def record(self) -> dict:
+        """Tokens per forward, p_cache, tokens, seconds, each request's tokens per second and the planner's record."""
+        planner = self.setup.runner.planner
+        return {"tokens_per_forward": self.tokens / self.forwards, "p_cache": self.generated / max(self.rows, 1),
+                "tokens": self.tokens, "seconds": self.seconds, "rounds_tokens_per_second": self.rounds,
+                "planner": None if planner is None else planner.describe()}
+
+
 def reference_run(model_dir: str, spec: dict | None, max_tokens: int, prompts: list[str], dtype: str = "float32",
                   device: str = "cpu", warm_up: bool = False) -> dict:
-    """`prompts` one at a time in `common/`'s reference runner (greedy, the config's draft adapter; AR where `spec` is
-    None), after the first as a warm-up where asked: tokens per forward, p_cache, tokens and seconds."""
-    import torch
-
-    from parallel_decoding.common.reference_setup import reference_setup
-    from parallel_decoding.common.sampling import SamplingParams
-
-    method, settings = (spec["method"], {k: v for k, v in spec.items() if k != "method"}) if spec else ("ar", {})
-    setup = reference_setup(model_dir, method, settings, device=device, dtype=getattr(torch, dtype))
-    limits = setup.limits(max_tokens, stop_at_eos=False)
-    tokens = forwards = generated = rows = 0
-    seconds = 0.0
+    """`prompts` one at a time in `common/`'s reference runner, after the first as a warm-up where asked:
+    `ReferenceRequests.record`."""
+    requests = ReferenceRequests(model_dir, spec, max_tokens, dtype, device)
     for index, prompt in enumerate(prompts):
-        decoder = setup.decoder(setup.tokenizer.encode(prompt), SamplingParams(), limits)
-        result = setup.runner.run(decoder)
-        if warm_up and index == 0:
-            continue
-        tokens, forwards, seconds = tokens + len(decoder.output), forwards + decoder.forwards, seconds + result.seconds
-        generated, rows = generated + len(decoder.output) - decoder.prefill_tokens, rows + decoder.decode_rows
-    planner = setup.runner.planner
-    return {"tokens_per_forward": tokens / forwards, "p_cache": generated / max(rows, 1), "tokens": tokens,
-            "seconds": seconds, "planner": None if planner is None else planner.describe()}
+        requests.run(prompt, counted=not (warm_up and index == 0))
+    return requests.record()
 
 
-def run_reference(model: str, spec: dict | None, batch_size: int, max_tokens: int, rounds: int, prompts: list[str],
-                  dtype: str = "float32", device: str = "cpu") -> dict:
-    """`--engine reference`: `rounds` prompts timed one at a time after a warm-up request."""
+def run_reference(model: str, specs: dict[str, dict | None], batch_size: int, max_tokens: int, rounds: int,
+                  prompts: list[str], dtype: str = "float32", device: str = "cpu") -> dict[str, dict]:
+    """`--engine reference`: the methods `specs` (by name) on one checkpoint, each in a runner of its own, one
+    request at a time in turn: a warm-up request each, then `rounds` prompts, round r starting from the r-th
+    method (this machine's pace drifts by more than what is measured), each request's speed kept
+    (`rounds_tokens_per_second`, set beside AR's round by round)."""
     if batch_size != 1:
         raise SystemExit("--engine reference runs one request at a time: give --batch-sizes 1")
-    chosen = [prompts[r % len(prompts)] for r in range(rounds + 1)]
-    run = reference_run(model, spec, max_tokens, chosen, dtype, device, warm_up=True)
-    return {**run, "tokens_per_second": run["tokens"] / run["seconds"], "acceptance_length": None,
-            "acceptance_histogram": None}
+    runners = {name: ReferenceRequests(model, spec, max_tokens, dtype, device) for name, spec in specs.items()}
+    names = list(runners)
+    for name in names:
+        runners[name].run(prompts[0], counted=False)
+    for r in range(rounds):
+        for i in range(len(names)):
+            runners[names[(r + i) % len(names)]].run(prompts[(r + 1) % len(prompts)])
+    results = {}
+    for name, requests in runners.items():
+        run = requests.record()
+        results[name] = {**run, "tokens_per_second": run["tokens"] / run["seconds"], "acceptance_length": None,
+                         "acceptance_histogram": None}
+    return results
 
 
 def reference_costs(model_dir: str, spec: dict, max_tokens: int, prompts: list[str]) -> dict:
@@ -444,22 +478,21 @@ def main() -> None:
     dtype_here = "float32" if args.engine == "sglang" else dtype
     max_model_len = 1024 if args.model == "smollm2" else 512
     # The engines of a batch size and checkpoint are up at once, their batches timed in turn (`alternating`); the
-    # reference runner's runs follow each other.
+    # reference runners of a checkpoint are loaded at once and time a request each in turn (`run_reference`).
     serving = {"vllm": VllmRun, "sglang": SglangRun}.get(args.engine)
     groups: dict[tuple, dict[str, dict | None]] = {}
     for repeat, size, checkpoint, name, spec in [(r, *step) for r in range(args.repeats) for step in plan]:
-        key = (repeat, size, checkpoint) if serving else (repeat, size, checkpoint, name)
-        groups.setdefault(key, {})[name] = spec  # the same ngram width for two methods on one checkpoint: once
+        # the same ngram width for two methods on one checkpoint: once
+        groups.setdefault((repeat, size, checkpoint), {})[name] = spec
     unpipelined = functools.partial(VllmRun, async_scheduling=False)  # `SYNC_AR`
-    for (_, size, checkpoint, *_), chosen_specs in tqdm(groups.items(), desc=f"{args.engine} bench"):
+    for (_, size, checkpoint), chosen_specs in tqdm(groups.items(), desc=f"{args.engine} bench"):
         model = str(paths[checkpoint])
         if serving:
             results = alternate({name: (unpipelined if name == SYNC_AR else serving,
                                         (model, spec, size, args.max_tokens, args.rounds, prompts, dtype_here,
                                          max_model_len)) for name, spec in chosen_specs.items()}, args.rounds)
         else:
-            results = {name: run(model, spec, size, args.max_tokens, args.rounds, prompts, dtype_here)
-                       for name, spec in chosen_specs.items()}
+            results = run(model, chosen_specs, size, args.max_tokens, args.rounds, prompts, dtype_here)
         for name, spec in chosen_specs.items():
             result = results[name]
             if spec is not None and spec["method"] != "ngram" and args.engine != "reference":

@@ -171,17 +171,18 @@ def test_profile_step_digest_times_both_paths(tmp_path):
 
 
 def test_reference_mode_times_the_reference_runner(tmp_path):
-    """`--engine reference` times `common/`'s reference runner on the trained checkpoint, one request at a time: AR
-    at one token per forward, quadratic `diffusion_self` with its own count of forwards, both speeds measured; a
-    batch size above 1 is refused by name."""
+    """`--engine reference` times `common/`'s reference runner on the trained checkpoint, one request at a time, the
+    methods in turn: AR at one token per forward, quadratic `diffusion_self` with its own count of forwards, both
+    speeds measured round by round; a batch size above 1 is refused by name."""
     from scripts.bench import run_reference
     from scripts.trained_models import copy
 
     model = str(copy(tmp_path / "m")["nld"])
     spec = next(spec for name, _, spec in METHODS if name == "diffusion_self_quadratic")
-    ar = run_reference(model, None, 1, 16, 2, ["def f(x):", "import os"])
-    ours = run_reference(model, spec, 1, 16, 2, ["def f(x):", "import os"])
+    got = run_reference(model, {"ar": None, "ours": spec}, 1, 16, 2, ["def f(x):", "import os"])
+    ar, ours = got["ar"], got["ours"]
     assert ar["tokens"] == ours["tokens"] == 32 and ar["tokens_per_forward"] < 1.1
     assert ours["tokens_per_forward"] > 1.2 and ours["tokens_per_second"] > 0
+    assert len(ar["rounds_tokens_per_second"]) == len(ours["rounds_tokens_per_second"]) == 2  # set beside AR's
     with pytest.raises(SystemExit, match="--batch-sizes 1"):
-        run_reference(model, spec, 8, 16, 1, ["import os"])
+        run_reference(model, {"ours": spec}, 8, 16, 1, ["import os"])
