@@ -38,10 +38,9 @@ Acceptance length is tokens per verify step (vLLM: per draft; SGLang: per specul
 prefill); the histogram counts verify steps by accepted drafts (vLLM only).
 `--engine reference` times `common/`'s reference runner itself (transformers, one request at a time, so batch 1
 only; the methods of a checkpoint each in a runner of its own, timing a request each in turn), on `--device` (a GPU
-where there is one): what the methods' saved forwards become where a forward's cost
-hardly grows with its rows. A method that adapts runs with `"adaptive": true` there (the reference runner's planner,
-`common.runner_widths`, which it takes only when asked) beside its pinned width. Its tokens per forward are its own
-counts.
+where there is one): what the methods' saved forwards become where a forward's cost hardly grows with its rows. A
+method that adapts runs with `"adaptive": true` there (the reference runner's planner, `common.runner_widths`, which
+it takes only when asked) beside its pinned width. Its tokens per forward are its own counts.
 SGLang runs in its own environment (`scripts/setup_sglang_env.sh`), on CPU with `scripts.sglang_server`'s settings
 (float32; every engine of a run with the same KV pool) when there is no GPU; it has no ngram here, and only SGLang
 runs `jacobi_recycling` (candidates verified as branches beside the drafts; `jacobi` recycles linearly on both
