@@ -16,7 +16,7 @@ from parallel_decoding.common.decoder import Decoder, Limits
 from parallel_decoding.common.draft_layout import DLM_TYPES, draft_rows
 from parallel_decoding.common.errors import require, require_mask_token
 from parallel_decoding.common.sampling import SamplingParams, target_probs, without_token
-from parallel_decoding.common.width_planner import check_step_cost
+from parallel_decoding.common.width_planner import Shape, check_step_cost
 from parallel_decoding.common.window import Attention, Forward, Outcome, causal_forward
 
 DRAFT_ADAPTER = "draft"
@@ -57,6 +57,17 @@ class DiffusionSelfConfig:
     def adapts(self) -> bool:
         """Whether the engines choose the widths by load (default: yes)."""
         return self.adaptive is not False
+
+    @property
+    def planned_width(self) -> int:
+        """The most drafts a width planner gives a request a step."""
+        return self.num_speculative_tokens
+
+    def shape(self, uniform: bool = False) -> Shape:
+        """How a step spends rows on drafts, for a width planner (`common.width_planner.planner_for`): a draft
+        forward of its own (linear) or (w + 1)(w + 3) rows in the verify forward (quadratic)."""
+        quadratic = self.mode == "quadratic"
+        return Shape(extra_forward=not quadratic, quadratic=quadratic, uniform=uniform)
 
 
 def draft_distribution(logits: torch.Tensor, mask_token_id: int, params: SamplingParams) -> torch.Tensor:

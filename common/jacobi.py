@@ -69,13 +69,18 @@ class JacobiConfig:
         """Whether the engines choose the widths by load (default: yes)."""
         return self.adaptive is not False
 
+    @property
+    def planned_width(self) -> int:
+        """The most drafts a width planner gives a request a step: the window's."""
+        return self.block_size * self.num_blocks
+
     def shape(self, uniform: bool = False) -> Shape:
-        """How a step spends rows on drafts, for an engine's width planner: recycled branches beside the main drafts
-        only where the pool's candidates are verified as `branches`, priced at half of `verification_size` until the
-        planner has measured how many a forward carries (`WidthPlanner.branched`: the pool has candidates only where
-        drafts were rejected; on the tiny checkpoint 1.8 of 4 on average, and a shape priced at 4 held SGLang's
-        `jacobi_recycling` at plain steps at batch 1); none where they replace the drafts (`linear`) or there is no
-        pool."""
+        """How a step spends rows on drafts, for a width planner (`common.width_planner.planner_for`): recycled
+        branches beside the main drafts only where the pool's candidates are verified as `branches`, priced at half of
+        `verification_size` until the planner has measured how many a forward carries (`WidthPlanner.branched`: the
+        pool has candidates only where drafts were rejected; on the tiny checkpoint 1.8 of 4 on average, and a shape
+        priced at 4 held SGLang's `jacobi_recycling` at plain steps at batch 1); none where they replace the drafts
+        (`linear`) or there is no pool."""
         branches = self.verification_size / 2 if self.pool_size and self.recycling == "branches" else 0.0
         return Shape(branches=branches, uniform=uniform)
 

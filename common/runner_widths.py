@@ -13,27 +13,14 @@ import time
 from typing import Any
 
 from parallel_decoding.common.decoder import Decoder
-from parallel_decoding.common.diffusion_self import DiffusionSelfConfig
-from parallel_decoding.common.jacobi import JacobiConfig
-from parallel_decoding.common.wedlm_spec import WeDLMSpecConfig
-from parallel_decoding.common.width_planner import Shape, WidthPlanner, cap_widths, planner_for
+from parallel_decoding.common.width_planner import WidthPlanner, cap_widths, planner_for
 from parallel_decoding.common.window import Outcome
 
 
 def reference_planner(config: Any) -> WidthPlanner | None:
     """The width planner of a lossless method's config that sets `adaptive: true` (with its `step_cost`, if fixed);
     None for any other."""
-    if getattr(config, "adaptive", None) is not True:
-        return None
-    if isinstance(config, JacobiConfig):
-        return planner_for(config, config.block_size * config.num_blocks, config.shape())
-    if isinstance(config, DiffusionSelfConfig):
-        quadratic = config.mode == "quadratic"
-        shape = Shape(quadratic=quadratic, extra_forward=not quadratic)
-        return planner_for(config, config.num_speculative_tokens, shape)
-    if isinstance(config, WeDLMSpecConfig):
-        return planner_for(config, config.window - 1, Shape(mask_slots=True))
-    return None
+    return planner_for(config) if getattr(config, "adaptive", None) is True else None
 
 
 class PlannedSteps:

@@ -21,7 +21,7 @@ from parallel_decoding.common.decoder import Decoder, Limits
 from parallel_decoding.common.diffusion_self import draft_width, propose
 from parallel_decoding.common.errors import require, require_mask_token
 from parallel_decoding.common.sampling import SamplingParams, without_token
-from parallel_decoding.common.width_planner import check_step_cost
+from parallel_decoding.common.width_planner import Shape, check_step_cost
 from parallel_decoding.common.window import Forward, Outcome, causal_forward
 
 
@@ -49,6 +49,16 @@ class WeDLMSpecConfig:
     def adapts(self) -> bool:
         """Whether the engines choose the widths by load (default: yes)."""
         return self.adaptive is not False
+
+    @property
+    def planned_width(self) -> int:
+        """The most drafts a width planner gives a request a step (the rest of the window is its mask slots)."""
+        return self.window - 1
+
+    def shape(self, uniform: bool = False) -> Shape:
+        """How a step spends rows on drafts, for a width planner (`common.width_planner.planner_for`): the next
+        drafts' mask slots in the verify forward itself."""
+        return Shape(mask_slots=True, uniform=uniform)
 
 
 class WeDLMSpecDecoder(Decoder):

@@ -377,8 +377,10 @@ class PlannerStats:
 REPORT_EVERY_S = 10.0
 
 
-def planner_for(config: Any, max_width: int, shape: Shape, measured: bool = True) -> "WidthPlanner | None":
+def planner_for(config: Any, uniform: bool = False, measured: bool = True) -> "WidthPlanner | None":
     """The planner of a method whose config adapts its widths (`adapts`), with its `step_cost` if fixed; else None.
+    Its widths and their rows are the config's (`planned_width`, `shape`), alike in the reference runner and both
+    engines; `uniform` where every request forwards the batch's widest window (SGLang's rectangular layout).
 
     Not `measured` (workers that each plan the same batch, tensor or pipeline parallel, whose plans must agree and
     whose timings differ): without a `step_cost` the prior's shape is the cost model, never refitted, so the plan
@@ -386,6 +388,7 @@ def planner_for(config: Any, max_width: int, shape: Shape, measured: bool = True
     cost gets: the prior is not exact)."""
     if not getattr(config, "adapts", False):
         return None
+    shape = config.shape(uniform)
     prior = StepCost.PRIOR if shape.extra_forward else StepCost.PRIOR_ONE_FORWARD
     if config.step_cost is not None:
         cost = StepCost(config.step_cost, prior=prior)
@@ -393,7 +396,7 @@ def planner_for(config: Any, max_width: int, shape: Shape, measured: bool = True
         cost = StepCost(prior, prior=prior, exact=False)
     else:
         cost = StepCost(prior=prior, skips_cold=True)
-    return WidthPlanner(max_width, shape, cost, measured_share=True)
+    return WidthPlanner(config.planned_width, shape, cost, measured_share=True)
 
 
 class WidthPlanner:

@@ -20,13 +20,13 @@ import torch
 from sglang.srt.mem_cache.allocation import alloc_token_slots
 
 from parallel_decoding.common.decoder import Decoder, Limits
-from parallel_decoding.common.jacobi import JacobiConfig, JacobiDecoder
+from parallel_decoding.common.jacobi import JacobiDecoder
 from parallel_decoding.common.logprob_rows import LogprobRows, logprob_rows
 from parallel_decoding.common.lora import LoRA
 from parallel_decoding.common.methods import make_decoder
 from parallel_decoding.common.quadratic_self_spec import QuadraticSelfSpecDecoder
 from parallel_decoding.common.row_stats import apply_rows, rows_of
-from parallel_decoding.common.width_planner import Shape, cap_widths, planner_for
+from parallel_decoding.common.width_planner import cap_widths, planner_for
 from parallel_decoding.common.window import Attention, Forward, after_rows
 from parallel_decoding.sglang_plugin.logprobs import MISSING, Asked, Entry, asked, entries
 from parallel_decoding.sglang_plugin.worker import PluginWorker, catch_up, sampling_of
@@ -96,15 +96,9 @@ class CommitWorker(PluginWorker):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.paused_steps = 0  # decode steps run as SGLang's AR step, every request's decoder paused
-        self.planner = None
-        self.branching = False  # whether its forwards carry recycled branches, whose count the planner measures
-        if getattr(self.config, "mode", None) == "quadratic":
-            self.planner = planner_for(self.config, self.config.num_speculative_tokens,
-                                       Shape(quadratic=True, uniform=True))
-        elif isinstance(self.config, JacobiConfig):
-            shape = self.config.shape(uniform=True)
-            self.planner = planner_for(self.config, self.config.block_size * self.config.num_blocks, shape)
-            self.branching = self.planner is not None and shape.branches > 0
+        self.planner = planner_for(self.config, uniform=True)
+        # whether its forwards carry recycled branches, whose count the planner measures
+        self.branching = self.planner is not None and self.planner.shape.branches > 0
 
     def dropped(self, rid: str) -> None:
         if self.planner is not None:

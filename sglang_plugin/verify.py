@@ -16,7 +16,7 @@ from parallel_decoding.common.acceptance import accept_greedy_batch, verify
 from parallel_decoding.common.grammar import constrain
 from parallel_decoding.common.penalties import adjusted
 from parallel_decoding.common.sampling import SamplingParams, choose
-from parallel_decoding.common.width_planner import Shape, planner_for
+from parallel_decoding.common.width_planner import planner_for
 from parallel_decoding.common.window import causal_forward
 from parallel_decoding.sglang_plugin.drafters import make_drafter
 from parallel_decoding.sglang_plugin.drafts import RequestState
@@ -55,9 +55,7 @@ class VerifyWorker(PluginWorker):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.drafter = make_drafter(self.mode, self.config, self)
-        slots = self.mode == "wedlm_spec"  # the next drafts' mask slots ride in the verify window
-        self.planner = planner_for(self.config, self.config.window - 1 if slots else self.width - 1,
-                                   Shape(uniform=True, extra_forward=self.mode == "diffusion_self", mask_slots=slots))
+        self.planner = planner_for(self.config, uniform=True)
 
     @property
     def masks(self) -> int | None:

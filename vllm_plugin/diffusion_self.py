@@ -14,17 +14,12 @@ import torch
 from parallel_decoding.common.diffusion_self import draft_width, draft_window, propose
 from parallel_decoding.common.lora import LoRA
 from parallel_decoding.common.sampling import SamplingParams
-from parallel_decoding.common.width_planner import Shape
 from parallel_decoding.vllm_plugin.paged_forward import PagedWindow, run_windows
 from parallel_decoding.vllm_plugin.proposer import PluginProposer
 
 
 class DiffusionSelfProposer(PluginProposer):
     lora: LoRA | None = None
-
-    def __init__(self, vllm_config: Any) -> None:
-        super().__init__(vllm_config)
-        self.plan_by_load(self.config.num_speculative_tokens, Shape(extra_forward=True))
 
     def adapter(self, runner: Any) -> AbstractContextManager:
         """The draft adapter switched on (loaded onto the served model's modules once), or nothing."""

@@ -17,10 +17,6 @@ class JacobiProposer(FollowingProposer):
     decoder_class = JacobiDecoder
     follows_plain_steps = True
 
-    def __init__(self, vllm_config: Any) -> None:
-        super().__init__(vllm_config)
-        self.plan_by_load(self.config.block_size * self.config.num_blocks, self.config.shape())
-
     def before_sample(self, runner: Any, logits: torch.Tensor, metadata: Any) -> None:
         """Each verified request's per-position predictions: the greedy argmax, or a sample (none in a step where no
         request drafted: the planner's plain AR step shows a decoder only its token)."""

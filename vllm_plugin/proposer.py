@@ -10,7 +10,7 @@ import torch
 from parallel_decoding.common.methods import parse_config
 from parallel_decoding.common.penalties import biased
 from parallel_decoding.common.sampling import SamplingParams, min_p_cut
-from parallel_decoding.common.width_planner import Shape, WidthPlanner, planner_for
+from parallel_decoding.common.width_planner import WidthPlanner, planner_for
 from parallel_decoding.vllm_plugin import cpu_kernels, runner_hooks
 from parallel_decoding.vllm_plugin.config import ADDITIONAL_CONFIG_KEY
 from parallel_decoding.vllm_plugin.requests import CARRIED_KEY
@@ -59,13 +59,11 @@ class PluginProposer(runner_hooks.Hooked):
         self.unadjusted: set[str] = set()  # requests whose target rows `adjust_targets` leaves as they are
         self.requests: dict[str, Any] = {}  # the method's own per-request state, where it keeps one
         self.workers: int = vllm_config.parallel_config.world_size  # each plans the batch for itself
+        # Widths chosen per step where the config adapts; by a cost model every worker shares where there are several
+        # (tensor or pipeline parallel: their forwards must agree).
+        self.planner = planner_for(self.config, measured=self.workers == 1)
         runner_hooks.install()
         cpu_kernels.install()
-
-    def plan_by_load(self, max_width: int, shape: Shape | None = None) -> None:
-        """Choose widths per step with a `common.width_planner` when the config adapts; by a cost model every worker
-        shares where there are several (tensor or pipeline parallel: their forwards must agree)."""
-        self.planner = planner_for(self.config, max_width, shape or Shape(), measured=self.workers == 1)
 
     def begin_step(self, runner: Any, scheduler_output: Any) -> None:
         self.step_started = time.perf_counter()

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from parallel_decoding.common.lora import LoRA
-from parallel_decoding.common.width_planner import Shape, cap_widths
+from parallel_decoding.common.width_planner import cap_widths
 from parallel_decoding.vllm_plugin import group_attention
 from parallel_decoding.vllm_plugin.commit import CommitProposer, CommitRequest
 from parallel_decoding.vllm_plugin.group_attention import GroupedWindow
@@ -28,7 +28,6 @@ class QuadraticSelfSpecProposer(CommitProposer):
     def __init__(self, vllm_config: Any) -> None:
         super().__init__(vllm_config)
         self.layers: dict[str, Any] = vllm_config.compilation_config.static_forward_context
-        self.plan_by_load(self.config.num_speculative_tokens, Shape(quadratic=True))
 
     def load_model(self, target_model: torch.nn.Module) -> None:
         """The model's attention layers exist now: wrap them, once, to run the groups' passes."""

@@ -15,17 +15,13 @@ from typing import Any
 import torch
 
 from parallel_decoding.common.wedlm_spec import WeDLMSpecDecoder
-from parallel_decoding.common.width_planner import Shape, cap_widths
+from parallel_decoding.common.width_planner import cap_widths
 from parallel_decoding.vllm_plugin.following import FollowedRequest, FollowingProposer
 
 
 class WeDLMSpecProposer(FollowingProposer):
     decoder_class = WeDLMSpecDecoder
     follows_plain_steps = True
-
-    def __init__(self, vllm_config: Any) -> None:
-        super().__init__(vllm_config)
-        self.plan_by_load(self.config.window - 1, Shape(mask_slots=True))
 
     def capped(self, runner: Any, scheduler_output: Any, sampled_token_ids: list[list[int]], drafts: list[list[int]],
                states: list[FollowedRequest | None], iterated: list[bool]) -> list[list[int]]:

@@ -1,6 +1,7 @@
 """The width planner (`common.width_planner`): the widths it gives follow the cost of rows and each request's
 acceptance, deterministically; its cost model recovers a step's cost from measured steps."""
 
+from dataclasses import replace
 from itertools import pairwise
 
 import numpy as np
@@ -161,9 +162,8 @@ def test_the_prior_that_stands_in_for_a_measured_cost_gets_the_margin():
     from parallel_decoding.common.methods import parse_config
     from parallel_decoding.common.width_planner import planner_for
 
-    shared = planner_for(parse_config("jacobi", {"block_size": 8}), 8, Shape(), measured=False)
-    given = planner_for(parse_config("jacobi", {"block_size": 8, "step_cost": list(shared.cost.coefficients)}), 8,
-                        Shape())
+    shared = planner_for(parse_config("jacobi", {"block_size": 8}), measured=False)
+    given = planner_for(parse_config("jacobi", {"block_size": 8, "step_cost": list(shared.cost.coefficients)}))
     assert tuple(shared.cost.coefficients) == tuple(given.cost.coefficients)
     assert not shared.cost.exact and given.cost.exact
     plans = {}
@@ -346,27 +346,49 @@ def test_planner_for_follows_the_config_and_reports_at_most_every_interval():
     from parallel_decoding.common.methods import parse_config
     from parallel_decoding.common.width_planner import planner_for
 
-    assert planner_for(parse_config("jacobi", {"adaptive": False}), 4, Shape()) is None
-    plan = planner_for(parse_config("jacobi", {"block_size": 4}), 4, Shape())
+    assert planner_for(parse_config("jacobi", {"adaptive": False})) is None
+    plan = planner_for(parse_config("jacobi", {"block_size": 4}))
     assert plan is not None and plan.cost.fixed is None and plan.measured_share
     # an engine's fit leaves out the first step of each kind and rows (it runs cold)
     assert plan.observe(8, 0, 0.05)["measured_steps"] == 0 and plan.observe(8, 0, 0.05) is None
     plan.observe(8, 1, 0.05)
     assert len(plan.cost.steps) == 1
-    assert planner_for(parse_config("jacobi", {"step_cost": [1, 0, 0]}), 4, Shape()).cost.coefficients == (1, 0, 0, 0)
-    four = planner_for(parse_config("jacobi", {"step_cost": [1, 0, 0, 0.5]}), 4, Shape())
+    assert planner_for(parse_config("jacobi", {"step_cost": [1, 0, 0]})).cost.coefficients == (1, 0, 0, 0)
+    four = planner_for(parse_config("jacobi", {"step_cost": [1, 0, 0, 0.5]}))
     assert four.cost.coefficients == (1, 0, 0, 0.5)  # the fourth: per draft row
     for bad in ([1, 0], [1, 0, 0, 0, 0], [1, 0, 0, -1]):
         with pytest.raises(ConfigError, match="step_cost"):
             parse_config("jacobi", {"step_cost": bad})
     # Several workers planning the same batch (tensor parallel) share the prior's cost model, never their timings.
-    shared = planner_for(parse_config("jacobi", {"block_size": 4}), 4, Shape(), measured=False)
+    shared = planner_for(parse_config("jacobi", {"block_size": 4}), measured=False)
     shared.observe(8, 0, 0.05)
     assert shared.cost.coefficients == StepCost.PRIOR_ONE_FORWARD and not shared.cost.steps
     # A drafting step's prior: a base more with a draft forward of its own, a quarter of one without.
-    assert planner_for(parse_config("diffusion_self", {}), 4, Shape(extra_forward=True)).cost.prior == StepCost.PRIOR
-    assert planner_for(parse_config("jacobi", {"step_cost": [1, 0, 0]}), 4, Shape(), measured=False
-                       ).cost.coefficients == (1, 0, 0, 0)
+    assert planner_for(parse_config("diffusion_self", {})).cost.prior == StepCost.PRIOR
+    given_shared = planner_for(parse_config("jacobi", {"step_cost": [1, 0, 0]}), measured=False)
+    assert given_shared.cost.coefficients == (1, 0, 0, 0)
+
+
+def test_planner_for_takes_each_methods_widths_and_rows_from_its_config():
+    """One mapping from a config to its planner's widths and rows (`planned_width`, `shape`), read alike by the
+    reference runner, vLLM's proposers and SGLang's workers (`uniform`: a rectangular layout)."""
+    from parallel_decoding.common.methods import parse_config
+    from parallel_decoding.common.width_planner import planner_for
+
+    cases = [
+        ("jacobi", {"block_size": 4, "num_blocks": 2}, 8, Shape()),
+        ("jacobi", {"block_size": 4, "pool_size": 4, "verification_size": 4}, 4, Shape(branches=2.0)),
+        ("jacobi", {"block_size": 4, "pool_size": 4, "recycling": "linear"}, 4, Shape()),
+        ("diffusion_self", {"num_speculative_tokens": 5}, 5, Shape(extra_forward=True)),
+        ("diffusion_self", {"num_speculative_tokens": 3, "mode": "quadratic"}, 3, Shape(quadratic=True)),
+        ("wedlm_spec", {"window": 6}, 5, Shape(mask_slots=True)),
+    ]
+    for method, settings, width, shape in cases:
+        for uniform in (False, True):
+            plan = planner_for(parse_config(method, settings), uniform=uniform)
+            assert (plan.max_width, plan.shape) == (width, replace(shape, uniform=uniform)), (method, settings)
+    for method in ("wedlm", "diffusion"):  # approximate methods: no planner
+        assert planner_for(parse_config(method, {})) is None
 
 
 def test_a_cold_first_drafting_step_does_not_hold_an_engines_plans_at_plain_steps():
@@ -376,7 +398,7 @@ def test_a_cold_first_drafting_step_does_not_hold_an_engines_plans_at_plain_step
     from parallel_decoding.common.methods import parse_config
     from parallel_decoding.common.width_planner import planner_for
 
-    plan = planner_for(parse_config("diffusion_self", {}), 7, Shape(extra_forward=True))
+    plan = planner_for(parse_config("diffusion_self", {"num_speculative_tokens": 7}))
     assert plan.cost.skips_cold
     for _ in range(32):
         plan.observe(1, 0, 0.005)
