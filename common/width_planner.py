@@ -546,11 +546,17 @@ class WidthPlanner:
         """Plan a step for the last plan's batch without being given it again, and say whether it is a plain step for
         every request, counted; the batch (its requests, their limits) must be the last plan's, which was plain: as
         given, or as the caller vouches (an engine's batch held at no draft, every request paused: no per-request
-        work to build it). Where it drafts, nothing is counted and `plan` follows for the same step, given the
-        batch."""
+        work to build it). Limits lower than the plan's are the same batch where lower limits keep a plain plan plain
+        (`lower_limits_stay_plain`): the limits shrink in a request's last steps, as it nears its most tokens, and
+        each such step would otherwise leave the engine's steady path (SGLang's `wedlm_spec`, window 16: 15 of
+        a 64-token request's steps). Where it drafts, nothing is counted and `plan` follows for the same step, given
+        the batch."""
         last = self._last
-        if last is None or not last[2] or (keys is not None and keys != last[0][0]) \
-                or (limits is not None and limits != last[0][1]):
+        if last is None or not last[2] or (keys is not None and keys != last[0][0]):
+            return False
+        if limits is not None and limits != last[0][1] and not (
+                self.lower_limits_stay_plain and len(limits) == len(last[0][1])
+                and all(new <= old for new, old in zip(limits, last[0][1], strict=True))):
             return False
         self._tick()
         self._settle()
@@ -560,6 +566,15 @@ class WidthPlanner:
         self.stats.steps += 1
         self.stats.ar_steps += 1
         return True
+
+    @property
+    def lower_limits_stay_plain(self) -> bool:
+        """Whether a plan that is plain for every request stays plain under lower limits, all else alike: lower limits
+        take drafts' gains away and leave each candidate step's rows as they were, where every request forwards one
+        width (`uniform`) or each draft adds the same rows wherever it lies (no draft forward, mask slots or quadratic
+        groups, whose first draft costs more rows than the next: a plan for fewer requests' drafts may cost fewer)."""
+        shape = self.shape
+        return shape.uniform or not (shape.quadratic or shape.extra_forward or shape.mask_slots)
 
     @property
     def _state(self) -> tuple:

@@ -559,8 +559,29 @@ def test_a_plain_step_again_is_counted_without_planning_only_where_planning_give
     assert free.plan(KEYS, limits).tolist() == limits and not free.plain_again()  # the last plan drafts
     dear = planner((0.01, 1.0, 1.0))
     assert dear.plan(KEYS, limits).tolist() == [0] * len(KEYS)
-    assert not dear.plain_again(KEYS[:3], limits[:3]) and not dear.plain_again(KEYS, [7] * len(KEYS))  # another batch
+    assert not dear.plain_again(KEYS[:3], limits[:3]) and not dear.plain_again(KEYS, [9] * len(KEYS))  # another batch
     assert dear.plain_again(KEYS, limits) and dear.plain_again() and dear.stats.ar_steps == 3
+
+
+def test_a_steady_batch_stays_steady_as_its_limits_shrink():
+    """In a request's last steps its limit shrinks (it nears its most tokens); where lower limits keep a plain plan
+    plain (a uniform layout, or rows a draft alike wherever it lies), `plain_again` takes such a step as the same
+    batch and counts it as `plan` plans it; limits above those its plain plan was made for, or a layout whose first
+    draft costs more rows than the next (a draft forward of its own, ragged), leave it to `plan`."""
+    for shape in (Shape(), Shape(branches=2.0), Shape(uniform=True), Shape(uniform=True, extra_forward=True),
+                  Shape(uniform=True, mask_slots=True), Shape(uniform=True, quadratic=True)):
+        steady, planned = planner((0.01, 1.0, 1.0), shape), planner((0.01, 1.0, 1.0), shape)
+        assert steady.plan(KEYS, [8] * len(KEYS)).tolist() == [0] * len(KEYS)
+        planned.plan(KEYS, [8] * len(KEYS))
+        for left in range(7, -2, -1):
+            limits = [min(8, max(left + i, 0)) for i in range(len(KEYS))]
+            assert planned.plan(KEYS, limits).tolist() == [0] * len(KEYS)
+            assert steady.plain_again(KEYS, limits), (shape, limits)
+        assert steady.stats == planned.stats
+        assert not steady.plain_again(KEYS, [9] * len(KEYS))  # above the limits its plain plan was made for
+    ragged = planner((0.01, 1.0, 1.0), Shape(extra_forward=True))
+    assert ragged.plan(KEYS, [8] * len(KEYS)).tolist() == [0] * len(KEYS)
+    assert not ragged.plain_again(KEYS, [7] * len(KEYS)) and ragged.plain_again(KEYS, [8] * len(KEYS))
 
 
 def test_a_request_held_at_no_draft_is_tried_again_as_what_it_showed_fades(monkeypatch):

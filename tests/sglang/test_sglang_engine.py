@@ -64,8 +64,9 @@ def test_the_width_planner_decides_what_is_forwarded(engine_dir, prompts, cpu_en
         steps[label] = sum(out["meta_info"]["spec_verify_ct"] for out in outputs)
         steady[label] = planner.get("steady_steps", 0)
     assert steps["dear"] == 19 * len(ids) and steps["free"] == steps["fixed"] < steps["dear"]
-    # Rows dear, every step after the batch's first plain one repeats it with no per-request work.
-    assert steady["dear"] >= 15 and steady["free"] == steady["fixed"] == 0, steady
+    # Rows dear, every step after the batch's first plain one repeats it with no per-request work, also the last ones,
+    # whose limits shrink as the requests near their most tokens (`WidthPlanner.plain_again`).
+    assert steady["dear"] >= 18 and steady["free"] == steady["fixed"] == 0, steady
 
 
 @pytest.mark.parametrize("spec", [
