@@ -58,10 +58,10 @@ def _huginn_drafts(config: HuginnConfig) -> int:
 
 METHODS: dict[str, Method] = {m.name: m for m in (
     Method("ar", ARConfig, decoder=AutoregressiveDecoder),
-    Method("jacobi", JacobiConfig, decoder=JacobiDecoder, drafts=lambda c: c.block_size * c.num_blocks,
-           proposals=lambda c: c.block_size * c.num_blocks, width_rule="block_size * num_blocks", engines=BOTH),
+    Method("jacobi", JacobiConfig, decoder=JacobiDecoder, drafts=lambda c: c.planned_width,
+           proposals=lambda c: c.planned_width, width_rule="block_size * num_blocks", engines=BOTH),
     Method("diffusion_self", DiffusionSelfConfig, decoder=DiffusionSelfDecoder,
-           drafts=lambda c: c.num_speculative_tokens, proposals=lambda c: c.num_speculative_tokens,
+           drafts=lambda c: c.planned_width, proposals=lambda c: c.planned_width,
            width_rule="num_speculative_tokens (n; mode quadratic: (n + 1)(n + 3) - 1)", engines=BOTH),
     # a chain of up to k tokens, then a group of k + 1 rows per chain token (served as diffusion_self, mode quadratic)
     Method("diffusion_self_quadratic", QuadraticSelfSpecConfig, decoder=QuadraticSelfSpecDecoder,
@@ -74,7 +74,7 @@ METHODS: dict[str, Method] = {m.name: m for m in (
            width_rule="window (2 x window)", commits=True, engines=BOTH),
     # up to window - 1 drafts, then window mask slots
     Method("wedlm_spec", WeDLMSpecConfig, decoder=WeDLMSpecDecoder, drafts=lambda c: 2 * c.window - 1,
-           proposals=lambda c: c.window - 1, width_rule="window (2 x window - 1)", engines=BOTH),
+           proposals=lambda c: c.planned_width, width_rule="window (2 x window - 1)", engines=BOTH),
     Method("huginn", HuginnConfig, kind="recurrent", drafts=_huginn_drafts, proposals=_huginn_drafts,
            width_rule="max_wavefront", commits=True, architectures=(RAVEN_ARCHITECTURE,), engines=BOTH),
     Method("assd", AssdConfig, kind="infill"),
