@@ -14,7 +14,7 @@ def register() -> None:
     from sglang.srt.speculative.spec_registry import get_spec
 
     from parallel_decoding.common.checkpoint_configs import register_configs
-    from parallel_decoding.sglang_plugin import attention, cli, request_state, requests, step_timer
+    from parallel_decoding.sglang_plugin import attention, cli, request_state, requests, steady_decode, step_timer
     from parallel_decoding.sglang_plugin.cpu_ops import register_missing_ops
 
     register_missing_ops()
@@ -24,6 +24,10 @@ def register() -> None:
     HookRegistry.register("sglang.srt.server_args.ServerArgs.from_cli_args", cli.from_cli_args, HookType.AROUND)
     HookRegistry.register("sglang.srt.managers.tokenizer_manager.TokenizerManager._validate_one_request",
                           requests.check_request, HookType.BEFORE)
+    HookRegistry.register("sglang.srt.managers.schedule_batch.ScheduleBatch.prepare_for_decode",
+                          steady_decode.prepare_for_decode, HookType.AROUND)
+    HookRegistry.register("sglang.srt.managers.scheduler.Scheduler.process_batch_result",
+                          steady_decode.restore, HookType.AFTER)
     HookRegistry.register("sglang.srt.managers.scheduler.Scheduler.process_batch_result",
                           request_state.release_after_batch, HookType.AFTER)
     HookRegistry.register("sglang.srt.managers.scheduler_components.internal_state.SchedulerInternalStateController."

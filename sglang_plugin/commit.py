@@ -108,14 +108,25 @@ class CommitWorker(PluginWorker):
         described = super().describe_planner()
         return None if described is None else {**described, "paused_steps": self.paused_steps}
 
+    def steady_step(self, batch: Any) -> bool:
+        return self.steady_again([req.rid for req in batch.reqs])
+
+    def steady_again(self, rids: list[str]) -> bool:
+        """`steady` for the batch the last step paused, its decoders' limits as planned; counted."""
+        if not self.steady(rids):
+            return False
+        self.paused_steps += 1
+        return True
+
     def forward_batch_generation(self, batch: Any, on_publish: Any = None, pp_proxy_tensors: Any = None) -> Any:
+        if batch.spec_algorithm.is_none():
+            return self.own_decode(batch)
         if not batch.forward_mode.is_decode():
             self.steady_batch = None
             return self.prefill(batch, on_publish)
         rids = [req.rid for req in batch.reqs]
         started = self.begin(rids)
-        if self.steady(rids):  # the batch the last step paused, its decoders' limits as planned
-            self.paused_steps += 1
+        if self.steady_again(rids):
             return self.plain_step(batch, on_publish, started)
         states = [self.held(req) for req in batch.reqs]
         planned = [(req.rid, state.decoder) for req, state in zip(batch.reqs, states, strict=True)

@@ -78,7 +78,22 @@ class VerifyWorker(PluginWorker):
             self.keep(req, state)
         return state
 
+    def steady_step(self, batch: Any) -> bool:
+        rids = [req.rid for req in batch.reqs]
+        if self.steady_batch != rids:  # not steady, told at the step's `steady_again`
+            return False
+        return self.steady_again(rids, self.drafter.limits(batch.reqs, [self.state(req) for req in batch.reqs]))
+
+    def steady_again(self, rids: list[str], limits: list[int]) -> bool:
+        """`steady`, given the requests' limits (which shrink as requests near `max_new_tokens`), counted."""
+        if not self.steady(rids, limits):
+            return False
+        self.drafter.paused_request_steps += len(rids) if self.drafter.pauses else 0
+        return True
+
     def forward_batch_generation(self, batch: Any, on_publish: Any = None, pp_proxy_tensors: Any = None) -> Any:
+        if batch.spec_algorithm.is_none():
+            return self.own_decode(batch)
         if not batch.forward_mode.is_decode():
             self.steady_batch = None
             return self.prefill(batch, on_publish)
@@ -86,8 +101,7 @@ class VerifyWorker(PluginWorker):
         started = self.begin(rids)
         states = [self.state(req) for req in batch.reqs]
         limits = self.drafter.limits(batch.reqs, states)
-        if self.steady(rids, limits):  # limits shrink as requests near max_new_tokens
-            self.drafter.paused_request_steps += len(rids) if self.drafter.pauses else 0
+        if self.steady_again(rids, limits):
             return self.plain_step(batch, on_publish, started)
         seeds = [req.output_ids[-1] for req in batch.reqs]
         if self.planner is not None:

@@ -20,6 +20,7 @@ from sglang.srt.speculative.base_spec_worker import BaseSpecWorker
 from sglang.srt.speculative.ngram_info import NgramVerifyInput
 
 from parallel_decoding.common.sampling import SamplingParams
+from parallel_decoding.sglang_plugin import steady_decode
 from parallel_decoding.sglang_plugin.cli import decode_settings
 from parallel_decoding.sglang_plugin.logprobs import Entry, decode_output, fill_prefill
 
@@ -85,6 +86,8 @@ class PluginWorker(BaseSpecWorker):
     planner: Any = None  # the mode's width planner (`common.width_planner`), None where it does not adapt
     steady_batch: list[str] | None = None  # the last plain step's requests, while each needs no per-request work
     steady_steps = 0  # plain steps run as a steady batch (`steady`)
+    switched: Any = None  # the algorithm of a batch whose steady step runs as SGLang's own (`steady_decode`)
+    own_steps = 0  # steady steps run as SGLang's own decode step (`own_decode`)
     step_rids: list[str] | None = None  # the decode step's requests (`begin`)
 
     def __init__(self, server_args: Any, gpu_id: int, nccl_port: int, target_worker: Any, **_: Any) -> None:
@@ -97,6 +100,7 @@ class PluginWorker(BaseSpecWorker):
         self.mode, self.config = decode_settings(server_args)
         # Per request id: the request object SGLang holds (weakly) and the mode's state for it.
         self.requests: dict[str, tuple[weakref.ref, Any]] = {}
+        steady_decode.serve(self)
 
     @property
     def draft_worker(self) -> None:
@@ -148,7 +152,8 @@ class PluginWorker(BaseSpecWorker):
     def describe_planner(self) -> dict[str, float] | None:
         """The width planner's choices and cost model (`WidthPlanner.describe`) and the steady steps, None where the
         mode has no planner."""
-        return None if self.planner is None else {**self.planner.describe(), "steady_steps": self.steady_steps}
+        return None if self.planner is None else {**self.planner.describe(), "steady_steps": self.steady_steps,
+                                                  "own_decode_steps": self.own_steps}
 
     def steady(self, rids: list[str], limits: list[int] | None = None) -> bool:
         """Whether the step's batch is the one a worker's last plain step left needing no per-request work
@@ -160,6 +165,20 @@ class PluginWorker(BaseSpecWorker):
             return True
         self.steady_batch = None
         return False
+
+    def steady_step(self, batch: Any) -> bool:
+        """Whether `batch`'s coming decode step is steady (`steady`, counted as such), asked before SGLang prepares it
+        (`sglang_plugin.steady_decode`); a mode whose steps may be steady says so."""
+        return False
+
+    def own_decode(self, batch: Any) -> Any:
+        """A steady step SGLang prepared as its own decode step (`sglang_plugin.steady_decode`): its forward and
+        sampler (every request greedy, its logits unadjusted), timed for the planner's cost model as a plain step."""
+        started = self.begin([req.rid for req in batch.reqs])
+        result = self._target_worker.forward_batch_generation(batch)
+        self.observe(len(batch.reqs), 0, started)
+        self.own_steps += 1
+        return result
 
     def plain_step(self, batch: Any, on_publish: Any, started: float) -> Any:
         """SGLang's decode forward of each request's last token, each row's argmax its token: the step's result, its

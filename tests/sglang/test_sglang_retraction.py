@@ -54,6 +54,10 @@ def test_retracted_requests_give_the_reference_tokens(engine_dir, prompts, tmp_p
           f"{max(full, default=0)} at once), {sum(forced)} more by the test switch")
     assert sum(full) + sum(forced) >= 8  # repeatedly, while many requests run
     if "step_cost" in spec:
-        print(f"paused steps: {planner['paused_steps']} of {planner['steps']}")
+        print(f"paused steps: {planner['paused_steps']} of {planner['steps']}, {planner['own_decode_steps']} of "
+              "them SGLang's own decode steps")
         assert planner["paused_steps"] >= 0.9 * planner["steps"]
+        # Most of those as SGLang's own decode step, its verify slots released and reserved again around them
+        # (`sglang_plugin.steady_decode`) while requests are retracted and prefilled again.
+        assert planner["own_decode_steps"] >= 0.5 * planner["steps"], planner
     ties.compare(got, expected, margins)
