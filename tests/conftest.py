@@ -105,3 +105,18 @@ def pytest_terminal_summary(terminalreporter) -> None:
 
     if TALLY.sequences:
         terminalreporter.write_line(f"tie-aware comparisons: {TALLY.cut} of {TALLY.sequences} sequences cut at a tie")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """CI runs every setting on the qwen3 family and the first setting CI runs of each method (or test) on the other
+    tiny families; their other settings are sweeps (`-m sweep`)."""
+    seen: set[tuple] = set()
+    for item in items:
+        params = getattr(item, "callspec", None) and item.callspec.params
+        if not params or params.get("tiny", "qwen3") == "qwen3" or item.get_closest_marker("sweep"):
+            continue
+        key = (item.module.__name__, item.originalname, params["tiny"], params.get("method"))
+        if key in seen:
+            item.add_marker(pytest.mark.sweep)
+        seen.add(key)

@@ -107,6 +107,7 @@ def test_quadratic_is_profiled_beside_ngram_at_its_forward_width():
     assert quadratic["per_step_vs_ngram"] == 3.0 and quadratic["per_step_vs_ngram_rows"] == 1.5
 
 
+@pytest.mark.sweep  # a bench run of a vLLM engine (three servers' worth of startups), not in CI's budget
 def test_quick_bench(tmp_path):
     out = subprocess.run([sys.executable, "-m", "scripts.bench", "--engine", "vllm", "--models", str(tmp_path / "m"),
                           "--json", str(tmp_path / "b.json"), "--png", str(tmp_path / "b.png"), "--quick",

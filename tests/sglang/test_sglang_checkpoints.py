@@ -16,8 +16,9 @@ from tests.support.sglang_client import generate
 CASES = [
     ("wedlm", {"method": "wedlm", "window": 4}, {"method": "wedlm", "window": 4}),
     ("nld", {"method": "diffusion_self", "num_speculative_tokens": 4}, {"method": "ar"}),
-    ("nld", {"method": "diffusion", "block_size": 8, "confidence_threshold": 0.3},
-     {"method": "diffusion", "block_size": 8, "confidence_threshold": 0.3}),
+    # a sweep: block diffusion equals the reference in CI on the tiny checkpoint (`test_sglang_commit_modes.py`)
+    pytest.param("nld", {"method": "diffusion", "block_size": 8, "confidence_threshold": 0.3},
+                 {"method": "diffusion", "block_size": 8, "confidence_threshold": 0.3}, marks=pytest.mark.sweep),
 ]
 
 
