@@ -228,23 +228,38 @@ class StepGap:
     runs on (the same requests in the same order, so the engine waited for none): the median of the last `window` such
     gaps. A plan that prices the timed part alone undercounts a step's fixed cost, hence what the tokens of a wider
     step save (vLLM, tiny checkpoints, 2026-12-01: 0.3-1.0 ms a step beside timed steps of 3.5-5 ms; what it changed
-    in the bench is within the VM's spread, docs/adaptive-widths.md)."""
+    in the bench is within the VM's spread, docs/adaptive-widths.md). Kept per kind of the step that ended (plain,
+    drafting): an engine's path around a step may differ by kind (SGLang runs a steady plain step as its own decode
+    step and a drafting one through its speculative path, about 1 ms more a step on the tiny checkpoints, 2026-12-05),
+    and one median taken mostly from plain steps would price drafting below its cost. A kind with no gap measured yet
+    is priced by the other's."""
 
     def __init__(self, window: int = 32) -> None:
-        self.gaps: deque[float] = deque(maxlen=window)
-        self.seconds = 0.0  # the median gap
-        self._ended: tuple[float, tuple[str, ...]] | None = None  # the last measured step's end and batch
+        self.gaps: tuple[deque[float], deque[float]] = deque(maxlen=window), deque(maxlen=window)  # plain, drafting
+        self.medians = [0.0, 0.0]
+        self._ended: tuple[float, tuple[str, ...], int] | None = None  # the last measured step's end, batch, kind
+
+    def seconds_for(self, drafting: int) -> float:
+        """The median gap after steps of a kind (drafting or plain), the other kind's where none was measured."""
+        kind = int(bool(drafting))
+        return self.medians[kind] if self.gaps[kind] else self.medians[1 - kind]
+
+    @property
+    def seconds(self) -> float:
+        """The median gap after plain steps (`seconds_for`)."""
+        return self.seconds_for(0)
 
     def began(self, keys: Sequence[str]) -> None:
         """A step of the requests `keys` begins."""
         ended, self._ended = self._ended, None
         if ended is not None and tuple(keys) == ended[1]:
-            self.gaps.append(time.perf_counter() - ended[0])
-            self.seconds = statistics.median(self.gaps)
+            gaps = self.gaps[ended[2]]
+            gaps.append(time.perf_counter() - ended[0])
+            self.medians[ended[2]] = statistics.median(gaps)
 
-    def ended(self, keys: Sequence[str]) -> None:
-        """A measured decode step of the requests `keys` ends."""
-        self._ended = time.perf_counter(), tuple(keys)
+    def ended(self, keys: Sequence[str], drafting: int = 0) -> None:
+        """A measured decode step of the requests `keys` ends, one that verified drafts or not (`drafting`)."""
+        self._ended = time.perf_counter(), tuple(keys), int(bool(drafting))
 
 
 class AcceptanceTable:
@@ -724,9 +739,9 @@ class WidthPlanner:
         """A measured decode step of the requests `keys` for the cost model (`StepCost.observe`), its timed `seconds`
         and what such a step costs outside them (`StepGap`, where the engine tells `began` and `keys`); `describe()`
         when a report is due (every `REPORT_EVERY_S`), for the engine's log."""
-        self.cost.observe(rows, drafting, seconds + self.gap.seconds, None if keys is None else len(keys))
+        self.cost.observe(rows, drafting, seconds + self.gap.seconds_for(drafting), None if keys is None else len(keys))
         if keys is not None:
-            self.gap.ended(keys)
+            self.gap.ended(keys, drafting)
         now = time.monotonic()
         if now - self.reported < REPORT_EVERY_S:
             return None
@@ -741,7 +756,9 @@ class WidthPlanner:
                      "step_ms": round(1e3 * base, 3), "row_ms": round(1e3 * per_row, 4),
                      "drafting_step_ms": round(1e3 * per_drafting, 3), "draft_row_ms": round(1e3 * per_draft_row, 4),
                      "measured_steps": len(self.cost.steps),
-                     "outside_ms": round(1e3 * self.gap.seconds, 3), "expected_share": round(self.expected_share, 3)}
+                     "outside_ms": round(1e3 * self.gap.seconds, 3),
+                     "drafting_outside_ms": round(1e3 * self.gap.seconds_for(1), 3),
+                     "expected_share": round(self.expected_share, 3)}
         if self.branches:
             described["branches"] = round(self.branches, 3)  # the recycled branches a drafting forward carries
         return described

@@ -331,9 +331,33 @@ def test_what_a_step_costs_between_steps_of_the_same_batch_is_priced(monkeypatch
     plan.began(["a"])  # "b" finished: 30 ms since, not a gap of the batch's
     now[0] += 0.03
     plan.observe(1, 0, 0.003, ["a"])
-    assert plan.gap.seconds == pytest.approx(0.001) and len(plan.gap.gaps) == 32
+    assert plan.gap.seconds == pytest.approx(0.001) and len(plan.gap.gaps[0]) == 32
     plan.began(["b", "a"])  # another order: not the same batch
     assert plan.gap.seconds == pytest.approx(0.001)
+
+
+def test_the_gap_after_a_step_is_priced_by_the_kind_of_step(monkeypatch):
+    """An engine's path around a drafting step may cost more than around a plain one (SGLang: its speculative path
+    against its own decode step): a drafting step is priced with the median gap after drafting steps, a plain one with
+    the gap after plain ones; before any drafting gap is measured, drafting is priced by the plain gap."""
+    now = [0.0]
+    monkeypatch.setattr("parallel_decoding.common.width_planner.time.perf_counter", lambda: now[0])
+    plan = WidthPlanner(4)
+    seen = []
+    observe = plan.cost.observe
+    monkeypatch.setattr(plan.cost, "observe", lambda rows, drafting, seconds, requests: seen.append(
+        (drafting, round(seconds, 6))) or observe(rows, drafting, seconds, requests))
+    for step in range(12):  # plain steps 1 ms apart, then drafting steps 3 ms apart
+        drafting = int(step >= 6)
+        plan.began(["a", "b"])
+        now[0] += 0.004
+        plan.observe(4 if drafting else 2, drafting, 0.004, ["a", "b"])
+        now[0] += 0.003 if drafting else 0.001
+    assert plan.gap.seconds_for(0) == pytest.approx(0.001) and plan.gap.seconds_for(1) == pytest.approx(0.003)
+    assert seen[5] == (0, 0.005) and seen[6] == (1, 0.005)  # the first drafting step: no drafting gap yet
+    assert seen[11] == (1, 0.007)  # later ones: their own kind's gap
+    described = plan.describe()
+    assert described["outside_ms"] == 1.0 and described["drafting_outside_ms"] == 3.0
 
 
 def test_fixed_costs_are_not_refitted():
