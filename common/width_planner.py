@@ -360,11 +360,15 @@ class AcceptanceTable:
         self.ticks += 1
         if self.ticks % self.FORGET_EVERY:
             return
-        idle = ~self.drafted
-        if bool(self.counts[idle].any()):
+        drafted = bool(self.drafted.any())
+        if not drafted:  # all idle, as under load held at plain steps: the whole table at once
+            if bool(self.counts.any()):
+                self.counts *= self.decay**self.FORGET_EVERY
+                self.version += 1
+        elif bool(self.counts[idle := ~self.drafted].any()):
             self.counts[idle] *= self.decay**self.FORGET_EVERY
             self.version += 1
-        if not bool(self.drafted.any()) and bool(self.method.any()):
+        if not drafted and bool(self.method.any()):
             self.method *= self.method_decay**self.FORGET_EVERY
             self.version += 1
         self.drafted[:] = False
@@ -477,6 +481,14 @@ class WidthPlanner:
     # checkpoint, where a run planning exactly the drafts of its pinned width (the same drafts, accepted tokens and
     # steps) ran 0.94x its speed; standing for 8 steps, 0.12 ms (2026-12-02, docs/adaptive-widths.md).
     REPLAN_EVERY = 8
+    # A plan plain for every request of its batch, made where the measured cost had seen plain steps like it
+    # (`PLAIN_PROBES`), stands longer: for `REPLAN_EVERY` steps per request of the batch, at most `PLAIN_STANDS`,
+    # whatever faded or was refitted meanwhile (each of which redid it at once before). Under load nearly every step
+    # is such a step (an engine's steady batch, `plain_again`), and redoing the plan and the fit as they came (every
+    # 8 and 16 steps) cost 0.45 ms each time right after a forward, where caches are cold (SGLang's scheduler, tiny
+    # checkpoints, batch 8, 2026-12-06: 0.06 ms of a plain step's 3.5, 2% of AR's throughput); a batch's load
+    # changes more slowly than that, and a batch of one still looks again every 8 steps.
+    PLAIN_STANDS = 32
 
     def __init__(self, max_width: int, shape: Shape = Shape(), cost: StepCost | None = None,
                  acceptance: AcceptanceTable | None = None, measured_share: bool = False) -> None:
@@ -492,6 +504,7 @@ class WidthPlanner:
         self._last: tuple[tuple, np.ndarray, int, int] | None = None  # inputs, widths, AR step, drafts
         self._ticked = False  # whether this step's tick is done (`plain_again`)
         self._reused = 0  # steps the last plan stood for since it was made or found unchanged (`_stands`)
+        self._plain_settled = False  # whether the last plan is plain where plain steps like it were measured
         self._pending: list[tuple[tuple[str, ...], list[int], list[int], list[int]]] = []  # keys, told, got, fresh
         self.untold: dict[str, tuple[int, int]] = {}  # per request given drafts: its steps told nothing since, width
         self.measured_share = measured_share  # the engines' planners (`planner_for`); else `EXPECTED_SHARE` as is
@@ -541,10 +554,14 @@ class WidthPlanner:
         if not keys:
             return torch.as_tensor(limits, dtype=torch.long).clamp(0, self.max_width)
         # The plan is a function of these: a step like the last (nothing verified since, no refit), as most plain
-        # steps under load are, reuses it instead of recomputing it; a drafting batch's plan stands a few steps.
+        # steps under load are, reuses it instead of recomputing it; a drafting batch's plan stands a few steps, a
+        # plain one longer (`PLAIN_STANDS`).
         batch = (list(keys), limits, None if seeded is None else list(seeded), self._kept(keys))
-        unchanged = not self._pending and self._last is not None and self._last[0] == (*batch, *self._state)
-        if not unchanged and not self._stands(batch):
+        if self._stands_plain(batch):
+            pass
+        elif not self._pending and self._last is not None and self._last[0] == (*batch, *self._state):
+            self._reused = 0
+        elif not self._stands(batch):
             self._settle()
             if self._last is None or self._last[0] != (*batch, *self._state):
                 self._plan_anew(*batch)
@@ -574,10 +591,12 @@ class WidthPlanner:
                 and all(new <= old for new, old in zip(limits, last[0][1], strict=True))):
             return False
         self._tick()
-        self._settle()
-        if last[0][4:] != self._state and self._plan_anew(*last[0][:4]).any():
-            self._ticked = True  # `plan` follows for this step
-            return False
+        if not self._stands_plain((last[0][0], last[0][1] if limits is None else limits, last[0][2], None)):
+            self._settle()
+            if last[0][4:] != self._state and self._plan_anew(*last[0][:4]).any():
+                self._ticked = True  # `plan` follows for this step
+                return False
+            self._reused = 0
         self.stats.steps += 1
         self.stats.ar_steps += 1
         return True
@@ -626,6 +645,25 @@ class WidthPlanner:
             self._last = (*batch, *inputs[4:]), widths, int(not widths.any()), int(widths.sum())
         return True
 
+    def _stands_plain(self, batch: tuple) -> bool:
+        """Whether the last plan, plain for every request where the measured cost had seen plain steps like it, stands
+        for this step (`PLAIN_STANDS`): the same requests, seeded alike, none keeping drafts or with verifications
+        waiting, none with a higher limit than planned for; lower limits kept as the plan's."""
+        last = self._last
+        keys, limits, seeded, kept = batch
+        if last is None or not last[2] or not self._plain_settled or self._pending or kept is not None \
+                or self._reused >= min(self.REPLAN_EVERY * len(keys), self.PLAIN_STANDS) - 1:
+            return False
+        inputs = last[0]
+        if keys != inputs[0] or seeded != inputs[2]:
+            return False
+        if limits != inputs[1]:
+            if any(new > old for new, old in zip(limits, inputs[1], strict=True)):
+                return False
+            self._last = (keys, limits, *inputs[2:]), *last[1:]
+        self._reused += 1
+        return True
+
     def _kept(self, keys: list[str]) -> tuple[int, ...] | None:
         """The least width each request keeps (`UNTOLD_STEPS`), None where none keeps any."""
         if not self.untold:
@@ -649,6 +687,8 @@ class WidthPlanner:
         widths = self._planned(keys, capped, seeded, kept)
         inputs = (keys, limits, seeded, kept, *self._state)
         self._last = inputs, widths, int(not widths.any()), int(widths.sum())
+        self._plain_settled = not widths.any() and self.cost.fixed is None and int(self.cost.support(
+            float(self.shape.rows(np.zeros(len(keys))).sum()), drafting=False)) >= self.PLAIN_PROBES
         return widths
 
     def _planned(self, keys: list[str], limits: Any, seeded: list[bool] | None,

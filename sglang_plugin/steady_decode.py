@@ -74,5 +74,5 @@ def restore(result: Any, scheduler: Any, batch: Any, *_: Any, **__: Any) -> None
         return
     batch.spec_algorithm, worker.switched = worker.switched, None
     size = len(batch.reqs)
-    batch.spec_info = worker.draft_input(batch.seq_lens, torch.ones(size, dtype=torch.int32, device=worker.device))
+    batch.spec_info = worker.draft_input(batch.seq_lens)
     scheduler.metrics_reporter.update_spec_metrics(size, 0, num_accept_tokens=size)

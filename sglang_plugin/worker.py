@@ -100,6 +100,7 @@ class PluginWorker(BaseSpecWorker):
         self.mode, self.config = decode_settings(server_args)
         # Per request id: the request object SGLang holds (weakly) and the mode's state for it.
         self.requests: dict[str, tuple[weakref.ref, Any]] = {}
+        self.placeholders: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # `draft_input`'s, per batch size
         steady_decode.serve(self)
 
     @property
@@ -294,9 +295,15 @@ class PluginWorker(BaseSpecWorker):
             speculative_num_draft_tokens=self.width,
         )
 
-    def draft_input(self, new_seq_lens: torch.Tensor, accept_lens: torch.Tensor) -> Any:
-        """The draft state SGLang keeps on the batch between steps (filtered and merged with it). Our workers
-        keep their own, so its tokens are placeholders of SGLang's fixed width."""
-        tokens = torch.zeros(len(accept_lens) * self.width, dtype=torch.int32, device=self.device)
+    def draft_input(self, new_seq_lens: torch.Tensor, accept_lens: torch.Tensor | None = None) -> Any:
+        """The draft state SGLang keeps on the batch between steps (filtered and merged with it; `accept_lens`: one
+        token each where not given). Our workers keep their own, so its tokens are placeholders of SGLang's fixed
+        width, made once per batch size (SGLang only reads them, filtering and merging into new tensors): a steady
+        step makes one per step."""
+        size = len(new_seq_lens)
+        if size not in self.placeholders:
+            self.placeholders[size] = (torch.zeros(size * self.width, dtype=torch.int32, device=self.device),
+                                       torch.ones(size, dtype=torch.int32, device=self.device))
+        tokens, ones = self.placeholders[size]
         return NgramVerifyInput(draft_token_num=self.width, new_seq_lens=new_seq_lens, accept_tokens=tokens,
-                                accept_lens=accept_lens)
+                                accept_lens=ones if accept_lens is None else accept_lens)

@@ -505,6 +505,47 @@ def test_a_plan_stands_for_a_few_steps_of_its_batch_and_takes_their_verification
     assert np.allclose(apart.method, together.method) and np.allclose(apart.counts, together.counts)
 
 
+def test_a_plain_plan_under_load_stands_through_refits_and_fading(monkeypatch):
+    """Once the measured cost has seen plain steps like it, a plan plain for every request stands for `REPLAN_EVERY`
+    steps per request of its batch, at most `PLAIN_STANDS`, through the refits and the fading that redid it at once
+    before (each 0.45 ms right after a forward in SGLang's scheduler), in `plan` and in `plain_again` alike; a plain
+    plan made while the fit still lacks plain steps (`PLAIN_PROBES`) stands no longer than before, so rows that turn
+    out cheap are drafted at once; a batch of one looks again every `REPLAN_EVERY` steps."""
+    def measured(keys: list[str]) -> tuple[WidthPlanner, list]:
+        plan, computed = WidthPlanner(8, Shape(), StepCost(), measured_share=True), []
+        monkeypatch.setattr(plan, "_planned",
+                            lambda *args, planned=plan._planned: computed.append(args) or planned(*args))
+        for rows in [*range(1, 40), *[len(keys)] * WidthPlanner.PLAIN_PROBES]:  # drafting steps dear: a plain plan
+            drafting = rows % 2 if rows > len(keys) else 0
+            plan.observe(rows, drafting, 0.01 * (1 + rows) + 0.1 * drafting)
+        return plan, computed
+
+    for keys, stands in ((KEYS, min(WidthPlanner.REPLAN_EVERY * len(KEYS), WidthPlanner.PLAIN_STANDS)),
+                         (["a"], WidthPlanner.REPLAN_EVERY)):
+        for steady in (False, True):
+            plan, computed = measured(keys)
+            limits = [8] * len(keys)
+            assert plan.plan(keys, limits).tolist() == [0] * len(keys) and len(computed) == 1
+            for step in range(1, 3 * stands + 1):
+                before = len(computed)
+                if not (steady and plan.plain_again(keys, limits)):
+                    assert plan.plan(keys, limits).tolist() == [0] * len(keys)
+                plan.observe(len(keys), 0, 0.01 * (1 + len(keys)), keys)  # refitted every 16 steps
+                assert len(computed) == before or step % stands == 0, (keys, steady, step)  # looked at again
+            assert len(computed) > 1
+            assert plan.stats.steps == plan.stats.ar_steps == 3 * stands + 1
+    # Before any plain step was measured the plan is plain to take them; rows are cheap, and once the fit has
+    # `PLAIN_PROBES` of them the next step drafts.
+    probing = WidthPlanner(8, Shape(), StepCost(), measured_share=True)
+    for rows in range(9, 40):
+        probing.observe(rows, 1, 0.01)
+    widths = [probing.plan(KEYS, [8] * len(KEYS)).tolist()]
+    for _ in range(WidthPlanner.PLAIN_PROBES):
+        probing.observe(len(KEYS), 0, 0.01)
+        widths.append(probing.plan(KEYS, [8] * len(KEYS)).tolist())
+    assert widths[:-1] == [[0] * len(KEYS)] * WidthPlanner.PLAIN_PROBES and all(widths[-1])
+
+
 def test_a_step_like_the_last_reuses_its_plan_and_any_change_redoes_it(monkeypatch):
     """Plans are reused while their inputs stand (keys, limits, acceptance, measured share, cost model): through steps
     that draft or not, accept or not, verify stale drafts (the share learns from them, the rates do not), change the
