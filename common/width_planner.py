@@ -696,6 +696,8 @@ class WidthPlanner:
         limits = np.asarray(limits, dtype=np.int64)
         gains = self._expected_share * self._acceptance.rates(keys).cumprod(1)  # expected extra tokens per position
         gains = np.where(self._acceptance.positions < limits[:, None], gains, 0.0)
+        if self.shape.mask_slots:
+            gains = self._laid_anew(gains)
         widths = self._uniform(gains) if self.shape.uniform else self._ragged(gains)
         if kept is not None:
             widths = np.maximum(widths, np.array(kept, dtype=np.int64))
@@ -703,6 +705,20 @@ class WidthPlanner:
         if seeded is not None and self.cost.fixed is None:
             widths = np.where(seeded, limits, widths)
         return widths
+
+    @staticmethod
+    def _laid_anew(gains: np.ndarray) -> np.ndarray:
+        """Expected extra tokens per position of steps drafting from mask slots (`Shape.mask_slots`, `wedlm_spec`): a
+        step has drafts to verify only where the step before accepted all of its own; after a rejection it lays its
+        slots afresh and verifies none. Of steps drafting w, a share 1 / (2 - P) verify, P the chance that all w are
+        accepted (the expected gain of the w-th position), so w drafts gain G(w) / (2 - P) a step, G(w) what a step
+        verifying them gains. Per position: the increments of that, made non-increasing (never more than the
+        position before gains), as the plans' allocation takes them. Counting each step as verifying its drafts, the
+        plan drafted at batch 1 where every other step laid slots and verified none, 0.83-0.88x AR (SGLang, tiny
+        checkpoint, 2026-12-06)."""
+        total = gains.cumsum(1) / (2.0 - np.minimum(gains, 1.0))
+        increments = np.diff(total, axis=1, prepend=0.0)
+        return np.maximum(np.minimum.accumulate(increments, axis=1), 0.0)
 
     def _ragged(self, gains: np.ndarray) -> np.ndarray:
         """The best count n of (request, position) pairs, taken in decreasing gain (per row, where a position's rows

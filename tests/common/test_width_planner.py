@@ -505,6 +505,29 @@ def test_a_plan_stands_for_a_few_steps_of_its_batch_and_takes_their_verification
     assert np.allclose(apart.method, together.method) and np.allclose(apart.counts, together.counts)
 
 
+def test_mask_slot_drafts_count_the_steps_that_lay_their_slots_afresh():
+    """`wedlm_spec` verifies drafts only after a step that accepted all of its own; after a rejection a step lays its
+    mask slots and verifies none. Its plans count that (`WidthPlanner._laid_anew`): where a request's first draft is
+    accepted every other step (and none past it) and a drafting step costs 1.3x a plain one, a plan that took every
+    step as verifying would draft (1.4 tokens expected for 1.3x), and it keeps to plain steps; where drafts are
+    nearly always accepted it drafts its full width."""
+    for uniform in (False, True):
+        laying, verifying = (planner((1.0, 0.0, 0.3), Shape(mask_slots=mask_slots, uniform=uniform), width=4)
+                             for mask_slots in (True, False))
+        for plan in (laying, verifying):
+            for step in range(40):
+                plan.record(KEYS, [4] * len(KEYS), [step % 2] * len(KEYS))
+        assert verifying.plan(KEYS, [4] * len(KEYS)).all()
+        assert laying.plan(KEYS, [4] * len(KEYS)).tolist() == [0] * len(KEYS)
+        sure = planner((1.0, 0.0, 0.3), Shape(mask_slots=True, uniform=uniform), width=4)
+        accepting(sure, KEYS, [4] * len(KEYS), steps=40)
+        assert sure.plan(KEYS, [4] * len(KEYS)).tolist() == [4] * len(KEYS)
+    gains = np.array([[0.5, 0.25, 0.125, 0.0], [0.9, 0.81, 0.72, 0.65]])
+    laid = WidthPlanner._laid_anew(gains)
+    assert np.allclose(laid.cumsum(1)[:, [0, -1]], [[0.5 / 1.5, 0.875 / 1.875], [0.9 / 1.1, 3.08 / 1.35]])
+    assert (np.diff(laid, axis=1) <= 0).all() and (laid >= 0).all() and (laid <= gains).all()
+
+
 def test_a_plain_plan_under_load_stands_through_refits_and_fading(monkeypatch):
     """Once the measured cost has seen plain steps like it, a plan plain for every request stands for `REPLAN_EVERY`
     steps per request of its batch, at most `PLAIN_STANDS`, through the refits and the fading that redid it at once
