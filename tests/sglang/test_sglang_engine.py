@@ -75,7 +75,8 @@ def test_the_width_planner_decides_what_is_forwarded(engine_dir, prompts, cpu_en
 @pytest.mark.parametrize("spec", [
     {"method": "jacobi", "block_size": 4, "step_cost": [1.0, 0.5, 0.0]},
     {"method": "jacobi", "block_size": 3, "pool_size": 16, "verification_size": 2, "step_cost": [1.0, 0.1, 0.0]},
-    {"method": "wedlm_spec", "window": 4, "step_cost": [1.0, 0.1, 0.0]},
+    # Rows priced lower: its plans count the steps that lay mask slots afresh after a rejection (verifying none).
+    {"method": "wedlm_spec", "window": 4, "step_cost": [1.0, 0.06, 0.0]},
 ], ids=["jacobi", "jacobi-recycling", "wedlm_spec"])
 def test_paused_decoders_catch_up_when_the_batch_shrinks(engine_dir, prompts, cpu_engine_env, spec):
     """Rows priced so that a batch of four or more takes plain AR steps and one of two drafts (`step_cost`): requests

@@ -21,7 +21,9 @@ METHODS = [
     # Rows priced for quadratic's (w + 1)(w + 3): requests held at no draft step on vLLM's own sampler (their
     # decoders paused) beside requests that draft.
     {"method": "diffusion_self", "mode": "quadratic", "num_speculative_tokens": 3, "step_cost": [1.0, 0.0005, 0.1]},
-    {"method": "wedlm_spec", "window": 4, "step_cost": PRICED},
+    # Rows priced lower: its plans count the steps that lay mask slots afresh after a rejection (verifying none), so at
+    # PRICED its batch drafts only in its last few steps, too late for a draft to be verified.
+    {"method": "wedlm_spec", "window": 4, "step_cost": [1.0, 0.002, 0.1]},
     {"method": "jacobi", "block_size": 4, "step_cost": PRICED},
     {"method": "jacobi", "block_size": 3, "num_blocks": 2, "spawn_ratio": 0.5, "step_cost": PRICED},
 ]
