@@ -632,17 +632,12 @@ class WidthPlanner:
         last = self._last
         if last is None or self._reused >= self.REPLAN_EVERY - 1:
             return False
-        inputs = last[0]
-        keys, limits, seeded, kept = batch
-        if keys != inputs[0] or seeded != inputs[2] or inputs[6] != self.cost.coefficients \
-                or any(new > old for new, old in zip(limits, inputs[1], strict=True)):
+        if not self._within(batch) or last[0][6] != self.cost.coefficients:
             return False
+        kept = batch[3]
         if kept is not None and any(floor > width for floor, width in zip(kept, last[1].tolist(), strict=True)):
             return False
-        self._reused += 1
-        if limits != inputs[1]:
-            widths = np.minimum(last[1], np.maximum(np.array(limits, dtype=np.int64), 0))
-            self._last = (*batch, *inputs[4:]), widths, int(not widths.any()), int(widths.sum())
+        self._stood(batch)
         return True
 
     def _stands_plain(self, batch: tuple) -> bool:
@@ -650,19 +645,28 @@ class WidthPlanner:
         for this step (`PLAIN_STANDS`): the same requests, seeded alike, none keeping drafts or with verifications
         waiting, none with a higher limit than planned for; lower limits kept as the plan's."""
         last = self._last
-        keys, limits, seeded, kept = batch
-        if last is None or not last[2] or not self._plain_settled or self._pending or kept is not None \
-                or self._reused >= min(self.REPLAN_EVERY * len(keys), self.PLAIN_STANDS) - 1:
+        if last is None or not last[2] or not self._plain_settled or self._pending or batch[3] is not None \
+                or self._reused >= min(self.REPLAN_EVERY * len(batch[0]), self.PLAIN_STANDS) - 1 \
+                or not self._within(batch):
             return False
-        inputs = last[0]
-        if keys != inputs[0] or seeded != inputs[2]:
-            return False
-        if limits != inputs[1]:
-            if any(new > old for new, old in zip(limits, inputs[1], strict=True)):
-                return False
-            self._last = (keys, limits, *inputs[2:]), *last[1:]
-        self._reused += 1
+        self._stood(batch)
         return True
+
+    def _within(self, batch: tuple) -> bool:
+        """Whether `batch` is the last plan's requests, seeded alike, none with a higher limit than planned for."""
+        inputs = self._last[0]
+        keys, limits, seeded, _ = batch
+        return keys == inputs[0] and seeded == inputs[2] and (
+            limits == inputs[1] or all(new <= old for new, old in zip(limits, inputs[1], strict=True)))
+
+    def _stood(self, batch: tuple) -> None:
+        """The last plan stands for one more step of `batch` (`_within` it), clipped to its limits where lower."""
+        self._reused += 1
+        last = self._last
+        inputs = last[0]
+        if batch[1] != inputs[1]:
+            widths = np.minimum(last[1], np.maximum(np.array(batch[1], dtype=np.int64), 0))
+            self._last = (*batch, *inputs[4:]), widths, int(not widths.any()), int(widths.sum())
 
     def _kept(self, keys: list[str]) -> tuple[int, ...] | None:
         """The least width each request keeps (`UNTOLD_STEPS`), None where none keeps any."""
