@@ -26,8 +26,10 @@ def register() -> None:
                           requests.check_request, HookType.BEFORE)
     HookRegistry.register("sglang.srt.managers.schedule_batch.ScheduleBatch.prepare_for_decode",
                           steady_decode.prepare_for_decode, HookType.AROUND)
+    HookRegistry.register("sglang.srt.managers.schedule_batch.ScheduleBatch.check_decode_mem",
+                          steady_decode.check_decode_mem, HookType.AROUND)
     HookRegistry.register("sglang.srt.managers.scheduler.Scheduler.process_batch_result",
-                          steady_decode.restore, HookType.AFTER)
+                          steady_decode.count_step, HookType.AFTER)
     HookRegistry.register("sglang.srt.managers.scheduler.Scheduler.process_batch_result",
                           request_state.release_after_batch, HookType.AFTER)
     HookRegistry.register("sglang.srt.managers.scheduler_components.internal_state.SchedulerInternalStateController."

@@ -1,8 +1,11 @@
 """A steady batch (`PluginWorker.steady`) run as SGLang's own decode step rather than through its speculative path:
-no verify slots reserved in decode preparation, no batch snapshot around the worker, SGLang's sampler and its plain
-result processing, as where no algorithm is selected. Decided before SGLang prepares the step (an AROUND hook on
-`ScheduleBatch.prepare_for_decode`), undone right after its result is processed (an AFTER hook on
-`Scheduler.process_batch_result`), so every other step, memory check, merge and filter sees the speculative batch.
+no verify slots reserved, no batch snapshot around the worker, SGLang's sampler and its plain result processing, as
+where no algorithm is selected. Switched before SGLang prepares a steady step (an AROUND hook on
+`ScheduleBatch.prepare_for_decode`) and kept so while its steps stay steady, so that between them SGLang's memory
+check, filtering and result processing see a plain batch too. Switched back before the memory check of a step whose
+requests changed (an AROUND hook on `ScheduleBatch.check_decode_mem`: that step is not steady), or as the step is
+prepared where the planner drafts for the same requests; merges, retraction and every other step see the speculative
+batch.
 
 Only where a plain step may run SGLang's decode forward at all (`PluginWorker.decodes_plainly`: no CUDA graphs), with
 one-token pages (the verify slots reserved beyond the committed KV are released one by one) and no mixed chunks
@@ -33,6 +36,11 @@ def switches(worker: Any, batch: Any) -> bool:
             and batch.token_to_kv_pool_allocator.page_size == 1 and batch.hisparse_coordinator is None)
 
 
+def held(worker: Any, batch: Any) -> bool:
+    """Whether `batch` is the one `worker` switched to SGLang's plain decode (`switch`) and still is."""
+    return worker.switched is not None and worker.switched[0]() is batch and batch.spec_algorithm.is_none()
+
+
 def release_reserve(batch: Any) -> None:
     """Free the verify slots SGLang's speculative preparation reserved beyond each request's committed KV, so that its
     own decode preparation allocates the step's slot as it does without speculation (after the first steady step of a
@@ -47,32 +55,75 @@ def release_reserve(batch: Any) -> None:
         req.kv.kv_allocated_len = req.kv.kv_committed_len
 
 
-def prepare_for_decode(original: Any, batch: Any) -> Any:
-    """AROUND hook on `ScheduleBatch.prepare_for_decode`: a steady step of our worker's batch is prepared as SGLang
-    prepares a decode step without speculation (its last tokens as input, one slot a request); others as before."""
-    worker = current()
-    if (worker is None or batch.spec_algorithm.is_none() or not switches(worker, batch)
-            or not worker.steady_step(batch)):
-        return original(batch)
+def switch(worker: Any, batch: Any) -> None:
+    """Make `batch` a plain batch, as SGLang's decode without speculation holds it, until `switch_back`."""
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
     release_reserve(batch)
-    for req in batch.reqs:  # SGLang's `spec_verify_ct` counts each decode step of ours, before it streams the output
-        req.spec_verify_ct += 1
-    worker.switched = batch.spec_algorithm
+    worker.plain_runs += 1
+    worker.switched = (weakref.ref(batch), batch.spec_algorithm)
     batch.spec_algorithm, batch.spec_info = SpeculativeAlgorithm.NONE, None
+
+
+def switch_back(worker: Any, batch: Any) -> None:
+    """Make a switched `batch` the speculative batch again, with the draft state our worker's steps leave on it."""
+    batch.spec_algorithm, worker.switched = worker.switched[1], None
+    batch.spec_info = worker.draft_input(batch.seq_lens)
+
+
+def fits_speculative(worker: Any, batch: Any) -> bool:
+    """Switch a held `batch` back for a step the planner drafts in; whether its verify slots fit, which SGLang checked
+    for a plain step only. Where they do not, it stays plain for this step: its requests are the steady step's (or
+    those retraction left of them), every one greedy with its logits as the model gives them."""
+    switch_back(worker, batch)
+    if batch.check_decode_mem():
+        return True
+    switch(worker, batch)
+    return False
+
+
+def plain(original: Any, batch: Any) -> Any:
+    """SGLang's decode preparation without speculation for a switched `batch` (its last tokens as input, one slot a
+    request), its requests' `spec_verify_ct` counting the step as each decode step of ours counts, before its output
+    is streamed."""
+    for req in batch.reqs:
+        req.spec_verify_ct += 1
     batch.input_ids = torch.tensor([req.output_ids[-1] for req in batch.reqs], device=batch.device)
     batch.orig_seq_lens = batch.seq_lens.to(torch.int32)
     return original(batch)
 
 
-def restore(result: Any, scheduler: Any, batch: Any, *_: Any, **__: Any) -> None:
-    """AFTER hook on `Scheduler.process_batch_result`: a batch switched for its step (`prepare_for_decode`) is the
-    speculative batch again, SGLang's speculative metrics counting the step as every plain step of ours counts."""
+def prepare_for_decode(original: Any, batch: Any) -> Any:
+    """AROUND hook on `ScheduleBatch.prepare_for_decode`: a steady step of our worker's batch is prepared as SGLang
+    prepares a decode step without speculation; others as before."""
     worker = current()
-    if worker is None or worker.switched is None or not batch.spec_algorithm.is_none():
-        return
-    batch.spec_algorithm, worker.switched = worker.switched, None
-    size = len(batch.reqs)
-    batch.spec_info = worker.draft_input(batch.seq_lens)
-    scheduler.metrics_reporter.update_spec_metrics(size, 0, num_accept_tokens=size)
+    if worker is None:
+        return original(batch)
+    if held(worker, batch):
+        if worker.steady_step(batch) or not fits_speculative(worker, batch):
+            return plain(original, batch)
+        return original(batch)
+    if batch.spec_algorithm.is_none() or not switches(worker, batch) or not worker.steady_step(batch):
+        return original(batch)
+    switch(worker, batch)
+    return plain(original, batch)
+
+
+def check_decode_mem(original: Any, batch: Any, *args: Any, **kwargs: Any) -> Any:
+    """AROUND hook on `ScheduleBatch.check_decode_mem`: a held batch whose requests are no longer its last steady
+    step's (some finished or were merged in) is switched back before SGLang checks its next step's memory, which will
+    not be steady. Retraction's checks of a subset (`selected_indices`) pass through."""
+    worker = current()
+    if (worker is not None and not args and kwargs.get("selected_indices") is None and held(worker, batch)
+            and worker.steady_batch != [req.rid for req in batch.reqs]):
+        switch_back(worker, batch)
+    return original(batch, *args, **kwargs)
+
+
+def count_step(result: Any, scheduler: Any, batch: Any, *_: Any, **__: Any) -> None:
+    """AFTER hook on `Scheduler.process_batch_result`: SGLang's speculative metrics count a step of a held batch as
+    every plain step of ours counts."""
+    worker = current()
+    if worker is not None and held(worker, batch):
+        size = len(batch.reqs)
+        scheduler.metrics_reporter.update_spec_metrics(size, 0, num_accept_tokens=size)

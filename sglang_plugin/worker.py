@@ -86,8 +86,9 @@ class PluginWorker(BaseSpecWorker):
     planner: Any = None  # the mode's width planner (`common.width_planner`), None where it does not adapt
     steady_batch: list[str] | None = None  # the last plain step's requests, while each needs no per-request work
     steady_steps = 0  # plain steps run as a steady batch (`steady`)
-    switched: Any = None  # the algorithm of a batch whose steady step runs as SGLang's own (`steady_decode`)
+    switched: Any = None  # the batch switched to SGLang's own decode steps and its algorithm (`steady_decode`)
     own_steps = 0  # steady steps run as SGLang's own decode step (`own_decode`)
+    plain_runs = 0  # times a batch was switched to SGLang's own decode steps (`steady_decode.switch`)
     step_rids: list[str] | None = None  # the decode step's requests (`begin`)
 
     def __init__(self, server_args: Any, gpu_id: int, nccl_port: int, target_worker: Any, **_: Any) -> None:
@@ -154,7 +155,7 @@ class PluginWorker(BaseSpecWorker):
         """The width planner's choices and cost model (`WidthPlanner.describe`) and the steady steps, None where the
         mode has no planner."""
         return None if self.planner is None else {**self.planner.describe(), "steady_steps": self.steady_steps,
-                                                  "own_decode_steps": self.own_steps}
+                                                  "own_decode_steps": self.own_steps, "plain_runs": self.plain_runs}
 
     def steady(self, rids: list[str], limits: list[int] | None = None) -> bool:
         """Whether the step's batch is the one a worker's last plain step left needing no per-request work
@@ -298,8 +299,7 @@ class PluginWorker(BaseSpecWorker):
     def draft_input(self, new_seq_lens: torch.Tensor, accept_lens: torch.Tensor | None = None) -> Any:
         """The draft state SGLang keeps on the batch between steps (filtered and merged with it; `accept_lens`: one
         token each where not given). Our workers keep their own, so its tokens are placeholders of SGLang's fixed
-        width, made once per batch size (SGLang only reads them, filtering and merging into new tensors): a steady
-        step makes one per step."""
+        width, made once per batch size (SGLang only reads them, filtering and merging into new tensors)."""
         size = len(new_seq_lens)
         if size not in self.placeholders:
             self.placeholders[size] = (torch.zeros(size * self.width, dtype=torch.int32, device=self.device),

@@ -55,7 +55,7 @@ def test_the_width_planner_decides_what_is_forwarded(engine_dir, prompts, cpu_en
     ids = [tokenizer.encode(prompt) for prompt in prompts[:6]]
     expected = [ReferenceRunner(model).run(make_decoder("ar", parse_config("ar"), p, SamplingParams(), Limits(20)))
                 for p in ids]
-    steps, steady, own = {}, {}, {}
+    steps, steady, own, runs = {}, {}, {}, {}
     for label, extra in {"dear": {"step_cost": [0.01, 1.0, 1.0]}, "free": {"step_cost": [1.0, 0.0, 0.0]},
                          "fixed": {"adaptive": False}}.items():
         outputs, planner = generate(engine_dir["qwen3"], "diffusion_self", {**config, **extra}, ids)
@@ -64,12 +64,15 @@ def test_the_width_planner_decides_what_is_forwarded(engine_dir, prompts, cpu_en
         steps[label] = sum(out["meta_info"]["spec_verify_ct"] for out in outputs)
         steady[label] = planner.get("steady_steps", 0)
         own[label] = planner.get("own_decode_steps", 0)
+        runs[label] = planner.get("plain_runs", 0)
     assert steps["dear"] == 19 * len(ids) and steps["free"] == steps["fixed"] < steps["dear"]
     # Rows dear, every step after the batch's first plain one repeats it with no per-request work, also the last ones,
     # whose limits shrink as the requests near their most tokens (`WidthPlanner.plain_again`), each run as SGLang's
     # own decode step (`sglang_plugin.steady_decode`; no CUDA graphs here).
     assert steady["dear"] >= 18 and steady["free"] == steady["fixed"] == 0, steady
     assert own == steady, own
+    # The batch stays switched to SGLang's plain decode from its first steady step to its last: one run.
+    assert runs == {"dear": 1, "free": 0, "fixed": 0}, runs
 
 
 @pytest.mark.parametrize("spec", [
