@@ -10,7 +10,7 @@ from transformers import DynamicCache, PreTrainedModel
 
 from parallel_decoding.common.attention import additive_mask
 from parallel_decoding.common.decoder import Decoder
-from parallel_decoding.common.runner_widths import PlannedSteps
+from parallel_decoding.common.runner_widths import PlannedSteps, StepClock
 from parallel_decoding.common.width_planner import WidthPlanner
 from parallel_decoding.common.window import Forward, Outcome
 
@@ -45,15 +45,17 @@ class ReferenceRunner:
     With `use_cache` the cache holds the decoder's committed KV and is cropped after every forward; without
     it every forward recomputes the committed prefix from scratch (the oracle for the cached path).
     `adapters` maps a forward's adapter name (e.g. NLD's draft LoRA) to a context that enables it. With a
-    `planner` (`common.runner_widths`), a decoder that takes a cap on its drafts gets the planner's before each step.
+    `planner` (`common.runner_widths`), a decoder that takes a cap on its drafts gets the planner's before each step,
+    the planner timing each step by the clock, or by `clock` where given (`PlannedSteps`).
     """
 
     def __init__(self, model: PreTrainedModel, use_cache: bool = True, adapters: dict[str, Adapter] | None = None,
-                 planner: WidthPlanner | None = None):
+                 planner: WidthPlanner | None = None, clock: StepClock | None = None):
         self.model = model
         self.use_cache = use_cache
         self.adapters = adapters or {}
         self.planner = planner
+        self.clock = clock
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
 
@@ -73,7 +75,9 @@ class ReferenceRunner:
     def steps(self, decoder: Decoder) -> Iterator[Step]:
         """Run `decoder` to the end, yielding each forward's `Step`."""
         cache = DynamicCache(config=self.model.config) if self.use_cache else None
-        planned = PlannedSteps(self.planner, decoder) if self.planner is not None and hasattr(decoder, "cap") else None
+        planned = None
+        if self.planner is not None and hasattr(decoder, "cap"):
+            planned = PlannedSteps(self.planner, decoder, self.clock)
         try:
             while not decoder.finished:
                 if planned is not None:

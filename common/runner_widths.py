@@ -10,6 +10,7 @@ forwards the configured width, so its forwards do not depend on this machine's t
 
 import itertools
 import time
+from collections.abc import Callable
 from typing import Any
 
 from parallel_decoding.common.decoder import Decoder
@@ -23,15 +24,20 @@ def reference_planner(config: Any) -> WidthPlanner | None:
     return planner_for(config) if getattr(config, "adaptive", None) is True else None
 
 
+StepClock = Callable[[int, int], float]  # a step's seconds by its rows and whether it drafted
+
+
 class PlannedSteps:
     """One request's steps under `planner`: `begin` before a step's first forward, `forwarded` after each forward,
-    `end` once the request is done."""
+    `end` once the request is done. With a `clock`, a step's seconds are what it says of the step's rows instead of
+    the time the step took (`scripts.replay_widths`: the planner under a scripted cost with scripted noise)."""
 
     _keys = itertools.count()
 
-    def __init__(self, planner: WidthPlanner, decoder: Decoder) -> None:
+    def __init__(self, planner: WidthPlanner, decoder: Decoder, clock: StepClock | None = None) -> None:
         self.planner = planner
         self.decoder = decoder
+        self.clock = clock
         self.key = f"reference-{next(self._keys)}"
         self.rows = 0
         self.started: float | None = None
@@ -51,7 +57,9 @@ class PlannedSteps:
             return
         if self.planner.shape.branches and getattr(self.decoder, "draft_cap", None):
             self.planner.branched([self.decoder.branches_planned])
-        self.planner.observe(self.rows, int(self.rows > 1), time.perf_counter() - self.started, [self.key])
+        drafting = int(self.rows > 1)
+        seconds = time.perf_counter() - self.started if self.clock is None else self.clock(self.rows, drafting)
+        self.planner.observe(self.rows, drafting, seconds, [self.key])
         self.rows, self.started = 0, None
 
     def end(self) -> None:

@@ -71,3 +71,26 @@ def test_only_the_lossless_methods_that_ask_get_a_planner():
     assert quadratic.shape.quadratic and quadratic.max_width == 3
     linear = reference_planner(parse_config("diffusion_self", {"num_speculative_tokens": 5, "adaptive": True}))
     assert linear.shape.extra_forward and linear.max_width == 5
+
+
+def test_a_scripted_clock_times_the_planners_steps():
+    """With a `clock` (`scripts.replay_widths`), the measured planner fits the clock's cost, not this machine's time:
+    rows made dear by the clock hold every step at no draft once the fit has seen them; free, it drafts."""
+    from parallel_decoding.common.width_planner import planner_for
+
+    setup = reference_setup(SHIPPED / "jacobi_forcing", "jacobi", {"block_size": 8, "adaptive": True})
+    limits = setup.limits(MAX_TOKENS, stop_at_eos=False)
+
+    def caps(clock) -> list[int]:
+        setup.runner.planner, setup.runner.clock = planner_for(setup.config), clock
+        seen = []
+        for prompt in PROMPTS[:3]:
+            decoder = setup.decoder(setup.tokenizer.encode(prompt), SamplingParams(), limits)
+            for _ in setup.runner.steps(decoder):
+                seen.append(decoder.draft_cap)
+        return seen
+
+    dear = caps(lambda rows, drafting: 1.0 + rows)  # a row costs a step's base
+    assert set(dear[-MAX_TOKENS:]) == {0}
+    free = caps(lambda rows, drafting: 1.0)
+    assert max(free[-MAX_TOKENS:]) == 8
