@@ -269,8 +269,9 @@ def test_draft_rows_are_priced_apart_from_decode_rows():
     for _ in range(40):
         for rows, requests in ((8, 8), (1, 1), (17, 1)):  # plain at batch 8 and 1; 8 drafts for one request
             cost.observe(rows, int(rows > requests), seconds(rows, requests), requests)
+    assert abs(float(cost.predict(17, 1, 16)) / seconds(17, 1) - 1) < 0.03  # the steps measured: as they took
     ratios = [float(cost.predict(17 * n, 1, 16 * n)) / seconds(17 * n, n) for n in (3, 5, 8)]
-    assert all(0.75 < ratio < 1.1 for ratio in ratios), ratios  # the prior splits it: a draft row as a decode row
+    assert all(0.6 < ratio < 1.1 for ratio in ratios), ratios  # the prior splits it: a draft row as a decode row
     for _ in range(9):
         cost.observe(3 * 17 + 5, 1, seconds(3 * 17 + 5, 8), 8)  # the batch's tail: three of its eight draft
     ratios = [float(cost.predict(17 * n, 1, 16 * n)) / seconds(17 * n, n) for n in (3, 5, 8)]
@@ -849,3 +850,19 @@ def test_a_request_drafts_the_widest_width_within_a_small_share_of_the_best(monk
         assert plan.plan(["a"], [8]).tolist() == [best]
         monkeypatch.undo()
     assert widened >= 2, widened
+
+
+def test_a_coefficient_fitted_below_zero_is_held_at_zero_and_the_rest_refitted():
+    """Step times that fall with a drafting step's rows (scattered times at batch 1, a request's last steps drafting
+    fewer) fit a negative cost per draft row; held at 0, the others are refitted without it, so the steps measured
+    most are priced about what they took (clipped alone, a 16-row drafting step here was priced 1.25x its time)."""
+    cost = StepCost()
+    for _ in range(20):
+        cost.observe(1, 0, 0.010)
+    for _ in range(60):
+        cost.observe(16, 1, 0.024)
+    for _ in range(20):
+        cost.observe(6, 1, 0.026)
+    assert min(cost.coefficients) >= 0
+    assert abs(float(cost.predict(16, 1, 15)) / 0.024 - 1) < 0.05
+    assert abs(float(cost.predict(1, 0)) / 0.010 - 1) < 0.05
