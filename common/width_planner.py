@@ -469,6 +469,17 @@ class WidthPlanner:
     # what the fit said of its 39-47 rows (docs/benchmarks.md, 2026-12-02, 11:30 UTC).
     DRAFTING_MARGIN = 1.15
     MARGIN_SETTLED = 4
+    # A request planned alone (batch 1) whose best drafting step is expected to beat a plain step, but by less than
+    # its margin, takes that drafting step while the fit has measured at least `MARGIN_SETTLED` drafting steps of about
+    # its rows but fewer than plain steps of the batch's, and the plain step otherwise. The margin holds while the
+    # fewer of the two counts is small, and at batch 1 the plain count stayed at the `PLAIN_PROBES` a plan takes first:
+    # a plan gaining less than 1.15x by the fit never drafted, or flipped with the step times' spread (linear
+    # `diffusion_self` replayed at a spread of 0.3: 0.956x its pinned width, 37% plain). Taking the fewer kind
+    # measures the margin away (1.075 at 16 each): 0.988x there (2026-12-07, docs/adaptive-widths.md). Not on fewer
+    # drafting steps than `MARGIN_SETTLED`: such a fit prices drafting mostly by the prior, and where drafting does
+    # not pay (a slow CPU's SmolLM2-like costs in the replay) the plans that drafted by it cost 2% of plain steps'
+    # rate. Only alone: a batch's tail drafting for several requests is unlike the steps measured (`StepCost.reach`).
+    EXPLORES_ALONE = True
     # Where the cost is measured, a step drafts only once the fit has measured this many plain steps of about the
     # batch's rows (the plan takes them first): a fit from drafting steps alone prices a plain step by the prior's
     # shape, which a margin cannot cover (SmolLM2 in SGLang at batch 1, 2026-11-30: a plain step priced at 100 ms
@@ -762,7 +773,7 @@ class WidthPlanner:
             taken[owners[:best]] = True
             return np.concatenate([np.ones(best + 1, dtype=bool), np.logical_and.accumulate(taken[owners[best:]])])
 
-        best = self._best((tokens / seconds)[:useful], rows[:useful], drafting)
+        best = self._best((tokens / seconds)[:useful], rows[:useful], drafting, alone=batch == 1)
         return np.bincount(order[:best] // width, minlength=batch)
 
     def _uniform(self, gains: np.ndarray) -> np.ndarray:
@@ -774,7 +785,7 @@ class WidthPlanner:
         tokens = batch + np.concatenate([[0.0], gained.cumsum()])[:useful]
         rows = batch * self.shape.rows(w[:useful])
         seconds = self.cost.predict(rows, w[:useful] > 0, rows - batch)
-        return np.full(batch, self._best(tokens / seconds, rows), dtype=np.int64)
+        return np.full(batch, self._best(tokens / seconds, rows, alone=batch == 1), dtype=np.int64)
 
     def margins(self, rows: Any, plain_rows: float) -> np.ndarray:
         """For drafting steps of each of `rows`, against a plain step of `plain_rows`: how much more than the plain step
@@ -793,17 +804,25 @@ class WidthPlanner:
         return (1.0 + (self.DRAFTING_MARGIN - 1.0) * np.sqrt(settled)) * self.cost.reach(rows)
 
     def _best(self, rates: np.ndarray, rows: np.ndarray,
-              widening: Callable[[int], np.ndarray] | None = None) -> int:
+              widening: Callable[[int], np.ndarray] | None = None, alone: bool = False) -> int:
         """The index of the best of `rates` (tokens per second of steps of `rows`, with more rows at each index; index 0
         the plain step), each drafting step's discounted by its margin; where that is a drafting step, the last within
         `WIDER_WITHIN` of it (and among those `widening(best)` allows). The plain step while the measured cost has seen
-        fewer than `PLAIN_PROBES` like it."""
+        fewer than `PLAIN_PROBES` like it. A request planned `alone` whose best drafting step beats the plain one, but
+        not by its margin, takes it while the fit has measured at least `MARGIN_SETTLED` such drafting steps and fewer
+        than plain ones (`EXPLORES_ALONE`)."""
         margins = self.margins(rows, float(rows[0]))
         margins[0] = 1.0
         scores = rates / margins
         best = int(np.argmax(scores))
-        if best and self.cost.fixed is None and self.cost.support(rows[0], drafting=False) < self.PLAIN_PROBES:
+        if self.cost.fixed is None and self.cost.support(rows[0], drafting=False) < self.PLAIN_PROBES:
             return 0
+        if not best and alone and self.EXPLORES_ALONE and self.cost.fixed is None:
+            scores = rates  # the margin's own errors measured away: the fewer kind of step is taken
+            best = int(np.argmax(scores))
+            measured = self.cost.support(rows[best])
+            if best and not self.MARGIN_SETTLED <= measured < self.cost.support(rows[0], drafting=False):
+                return 0
         if best:  # the widest drafting plan within `WIDER_WITHIN` of the best (of those `widening` allows)
             within = scores >= (1.0 - self.WIDER_WITHIN) * scores[best]
             best = int(np.flatnonzero(within if widening is None else within & widening(best))[-1])

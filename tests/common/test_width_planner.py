@@ -73,10 +73,12 @@ def test_the_share_a_plan_expects_is_measured_and_never_below_the_constant():
     assert plan.describe()["expected_share"] == WidthPlanner.EXPECTED_SHARE
 
 
-def test_a_step_drafts_only_where_it_beats_a_plain_one_by_the_margin():
+def test_a_step_drafts_only_where_it_beats_a_plain_one_by_the_margin(monkeypatch):
     """Drafting at an expected break-even loses by the measured cost's errors: where the cost is measured, the planner
     drafts only where the step is expected to commit `DRAFTING_MARGIN` (1.15x) the tokens per second of a plain
-    step; under a fixed `step_cost` wherever it beats it."""
+    step; under a fixed `step_cost` wherever it beats it. (The margin alone: a request alone takes drafting steps
+    inside it to measure it away, `test_a_request_alone_takes_the_fewer_measured_kind_of_step_inside_its_margin`.)"""
+    monkeypatch.setattr(WidthPlanner, "EXPLORES_ALONE", False)
     plans = {}
     for fixed in (True, False):
         for per_row in (0.5, 1.0, 2.0):  # one request accepting 2 drafts of 8
@@ -91,11 +93,13 @@ def test_a_step_drafts_only_where_it_beats_a_plain_one_by_the_margin():
                      (False, 0.5): [2], (False, 1.0): [2], (False, 2.0): [0]}
 
 
-def test_the_margin_shrinks_as_drafting_steps_like_the_plan_are_measured():
+def test_the_margin_shrinks_as_drafting_steps_like_the_plan_are_measured(monkeypatch):
     """The margin guards a fit from few drafting steps; with many of about the plan's rows behind it (batch 1, where
     most steps draft alike) it shrinks with one over the root of their count, and a step expected to commit 1.105x a
     plain one's tokens per second drafts; a fit from as few as `MARGIN_SETTLED`, or from many drafting steps of other
-    sizes (a batch's first request drafting alone, before its tail drafts for several), keeps the whole margin."""
+    sizes (a batch's first request drafting alone, before its tail drafts for several), keeps the whole margin. (The
+    margin alone, as above.)"""
+    monkeypatch.setattr(WidthPlanner, "EXPLORES_ALONE", False)
     plans, margins = {}, {}
     for drafting_steps, drafting_rows in ((0, 3), (4, 3), (16, 3), (64, 3), (64, 12)):
         plan = measured_planner(drafting_steps, drafting_rows, plain_steps=128 - drafting_steps)
@@ -154,6 +158,28 @@ def measured_planner(drafting_steps: int, drafting_rows: int, plain_steps: int, 
     plan = WidthPlanner(8, Shape(), cost)
     accepting(plan, ["a"], [2])
     return plan
+
+
+def test_a_request_alone_takes_the_fewer_measured_kind_of_step_inside_its_margin(monkeypatch):
+    """At batch 1 a plan expected to commit 1.105x a plain step's tokens per second by the fit, inside its margin
+    (1.12 while the fewer of the drafting steps and plain steps measured is 6), drafts while the fit has measured at
+    least `MARGIN_SETTLED` drafting steps like it but fewer than plain ones, and takes the plain step otherwise
+    (`EXPLORES_ALONE`), so both counts grow and the margin shrinks; without it only the plain steps grew, and the plan
+    never drafted. Fewer drafting steps than that leave the prior to price them, and a plan drafting by the prior
+    needs the whole margin; where the drafting steps measured cost more than the fit's prior says, it does not draft."""
+    counts = ((0, 6), (4, 6), (6, 6), (6, 16), (16, 6))
+    plans = {(d, p): measured_planner(d, 3, plain_steps=p).plan(["a"], [8]).tolist() for d, p in counts}
+    assert plans == {(0, 6): [0], (4, 6): [2], (6, 6): [0], (6, 16): [2], (16, 6): [0]}
+    cost = StepCost(prior=(1.0, 2.0, 0.0))
+    for rows, drafting, steps in ((3, 1, 6), (1, 0, 16)):
+        for _ in range(steps):
+            cost.observe(rows, drafting, 1.0 + 2.0 * rows + float(drafting))  # a drafting step a second dearer
+    dearer = WidthPlanner(8, Shape(), cost)
+    accepting(dearer, ["a"], [2])
+    assert dearer.plan(["a"], [8]).tolist() == [0]  # 0.97x a plain step's tokens per second
+    monkeypatch.setattr(WidthPlanner, "EXPLORES_ALONE", False)
+    assert {(d, p): measured_planner(d, 3, plain_steps=p).plan(["a"], [8]).tolist() for d, p in counts} == {
+        key: [0] for key in counts}
 
 
 def test_the_prior_that_stands_in_for_a_measured_cost_gets_the_margin():

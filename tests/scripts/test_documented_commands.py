@@ -3,6 +3,7 @@
 is run once and every flag a documented command passes must be in it (a renamed flag or module fails here, not in a
 reader's terminal)."""
 
+import json
 import re
 import subprocess
 import sys
@@ -16,8 +17,6 @@ ROOT = Path(__file__).resolve().parents[2]
 OURS = ("common", "scripts", "vllm_plugin", "sglang_plugin")
 COMMAND = re.compile(r"(python -m (?:scripts|parallel_decoding)(?:\.\w+)+|parallel-decoding (?:"
                      + "|".join(SUBCOMMANDS) + r"))([^`\n]*)")
-# The console script beside this interpreter (the package's `[project.scripts]`).
-CONSOLE = Path(sys.executable).parent / "parallel-decoding"
 
 
 def documents() -> list[Path]:
@@ -45,13 +44,20 @@ def test_the_documents_show_commands():
     assert {"parallel-decoding generate", "python -m scripts.bench", "python -m scripts.serve_demo"} <= set(COMMANDS)
 
 
-@pytest.mark.parametrize("command", sorted(COMMANDS))
-def test_documented_flags_exist(command):
-    program, *words = command.split()
-    argv = [sys.executable, *words] if program == "python" else [str(CONSOLE), *words]
-    run = subprocess.run([*argv, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+@pytest.fixture(scope="module")
+def help_texts() -> dict[str, tuple[int, str]]:
+    """Every documented command's `--help` (exit status, output), from one process (`tests.support.help_texts`)."""
+    run = subprocess.run([sys.executable, "-m", "tests.support.help_texts", *sorted(COMMANDS)], cwd=ROOT,
+                         capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-2000:]
-    accepted = set(re.findall(r"(?<![\w-])--[a-z][\w-]*", run.stdout))
+    return json.loads(run.stdout)
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_documented_flags_exist(help_texts, command):
+    status, text = help_texts[command]
+    assert status == 0, text[-2000:]
+    accepted = set(re.findall(r"(?<![\w-])--[a-z][\w-]*", text))
     missing = COMMANDS[command] - accepted
     assert not missing, f"{command}: documented flags it does not take: {missing}"
 

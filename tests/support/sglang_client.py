@@ -15,7 +15,7 @@ def generate(client, prompt: str | list[int], **params) -> dict:
     body = json.dumps({"text" if isinstance(prompt, str) else "input_ids": prompt,
                        "sampling_params": {"temperature": 0, "max_new_tokens": MAX_TOKENS, **params}})
     request = urllib.request.Request(url, data=body.encode(), headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=300) as response:
+    with urllib.request.urlopen(request, timeout=600) as response:
         return json.load(response)
 
 
@@ -39,6 +39,6 @@ def sample(client, params, length: int = LENGTH) -> tuple[int, ...]:
                                                       "top_k": params.top_k or -1, "min_p": params.min_p,
                                                       "max_new_tokens": length, "ignore_eos": True}}
     request = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=300) as response:
+    with urllib.request.urlopen(request, timeout=600) as response:
         return tuple(json.load(response)["output_ids"])
 
