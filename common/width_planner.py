@@ -475,7 +475,7 @@ class WidthPlanner:
     # fewer of the two counts is small, and at batch 1 the plain count stayed at the `PLAIN_PROBES` a plan takes first:
     # a plan gaining less than 1.15x by the fit never drafted, or flipped with the step times' spread (linear
     # `diffusion_self` replayed at a spread of 0.3: 0.956x its pinned width, 37% plain). Taking the fewer kind
-    # measures the margin away (1.075 at 16 each): 0.988x there (2026-12-07, docs/adaptive-widths.md). Not on fewer
+    # measures the margin away (1.075 at 16 each): 0.99-1.00x there (2026-12-07, docs/adaptive-widths.md). Not on fewer
     # drafting steps than `MARGIN_SETTLED`: such a fit prices drafting mostly by the prior, and where drafting does
     # not pay (a slow CPU's SmolLM2-like costs in the replay) the plans that drafted by it cost 2% of plain steps'
     # rate. Only alone: a batch's tail drafting for several requests is unlike the steps measured (`StepCost.reach`).
@@ -815,14 +815,15 @@ class WidthPlanner:
         margins[0] = 1.0
         scores = rates / margins
         best = int(np.argmax(scores))
-        if self.cost.fixed is None and self.cost.support(rows[0], drafting=False) < self.PLAIN_PROBES:
-            return 0
-        if not best and alone and self.EXPLORES_ALONE and self.cost.fixed is None:
-            scores = rates  # the margin's own errors measured away: the fewer kind of step is taken
-            best = int(np.argmax(scores))
-            measured = self.cost.support(rows[best])
-            if best and not self.MARGIN_SETTLED <= measured < self.cost.support(rows[0], drafting=False):
+        if self.cost.fixed is None:
+            plain = int(self.cost.support(rows[0], drafting=False))
+            if plain < self.PLAIN_PROBES:
                 return 0
+            if not best and alone and self.EXPLORES_ALONE:  # the fewer kind of step taken inside the margin
+                scores = rates
+                best = int(np.argmax(scores))
+                if best and not self.MARGIN_SETTLED <= int(self.cost.support(rows[best])) < plain:
+                    return 0
         if best:  # the widest drafting plan within `WIDER_WITHIN` of the best (of those `widening` allows)
             within = scores >= (1.0 - self.WIDER_WITHIN) * scores[best]
             best = int(np.flatnonzero(within if widening is None else within & widening(best))[-1])

@@ -85,7 +85,7 @@ def test_retracted_requests_finish(engine_dir, prompts, tmp_path, monkeypatch):
     log = tmp_path / "server.log"
     settings = {"sampler": "wavefront", "num_steps": 8, "inner_recurrence": 2}
     # Under this pool the requests run about one at a time, each retracted and re-admitted tens of times: eight
-    # retract hundreds of times, and the last one's client does not wait for thirty before it.
+    # retract hundreds of times, and the last one's client no longer waits behind thirty others.
     prompts = prompts[:8]
     with (sglang_server(engine_dir["raven"], "huginn", json.dumps(settings), PRESSURE_ARGS, log) as client,
           ThreadPoolExecutor(len(prompts)) as pool):
