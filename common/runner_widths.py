@@ -30,7 +30,9 @@ StepClock = Callable[[int, int], float]  # a step's seconds by its rows and whet
 class PlannedSteps:
     """One request's steps under `planner`: `begin` before a step's first forward, `forwarded` after each forward,
     `end` once the request is done. With a `clock`, a step's seconds are what it says of the step's rows instead of
-    the time the step took (`scripts.replay_widths`: the planner under a scripted cost with scripted noise)."""
+    the time the step took (`scripts.replay_widths`: the planner under a scripted cost with scripted noise), and no
+    time passes between steps (`StepGap`, which reads the machine's clock, is not told of them): the plans depend on
+    the clock's answers alone."""
 
     _keys = itertools.count()
 
@@ -46,7 +48,8 @@ class PlannedSteps:
         """Cap the step's drafts, once per step (not before a verify forward that follows its draft forward)."""
         if self.started is not None:
             return
-        self.planner.began([self.key])
+        if self.clock is None:
+            self.planner.began([self.key])
         self.started = time.perf_counter()
         cap_widths(self.planner, [self.key], [self.decoder])
 
@@ -59,7 +62,7 @@ class PlannedSteps:
             self.planner.branched([self.decoder.branches_planned])
         drafting = int(self.rows > 1)
         seconds = time.perf_counter() - self.started if self.clock is None else self.clock(self.rows, drafting)
-        self.planner.observe(self.rows, drafting, seconds, [self.key])
+        self.planner.observe(self.rows, drafting, seconds, [self.key] if self.clock is None else None)
         self.rows, self.started = 0, None
 
     def end(self) -> None:

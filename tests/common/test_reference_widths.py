@@ -2,6 +2,8 @@
 for token while its widths vary from step to step; with rows dear it forwards no draft, with rows free every step
 forwards what the configured width does; left unset, the reference forwards the configured width."""
 
+import itertools
+
 import pytest
 
 from parallel_decoding.common.reference_setup import reference_setup
@@ -73,9 +75,13 @@ def test_only_the_lossless_methods_that_ask_get_a_planner():
     assert linear.shape.extra_forward and linear.max_width == 5
 
 
-def test_a_scripted_clock_times_the_planners_steps():
+def test_a_scripted_clock_times_the_planners_steps(monkeypatch):
     """With a `clock` (`scripts.replay_widths`), the measured planner fits the clock's cost, not this machine's time:
-    rows made dear by the clock hold every step at no draft once the fit has seen them; free, it drafts."""
+    rows made dear by the clock hold every step at no draft once the fit has seen them; free, it drafts. Nor does
+    the time between steps reach it (`StepGap`): with the machine's clock jumping, the plans are the same."""
+    import random
+
+    from parallel_decoding.common import width_planner
     from parallel_decoding.common.width_planner import planner_for
 
     setup = reference_setup(SHIPPED / "jacobi_forcing", "jacobi", {"block_size": 8, "adaptive": True})
@@ -94,3 +100,10 @@ def test_a_scripted_clock_times_the_planners_steps():
     assert set(dear[-MAX_TOKENS:]) == {0}
     free = caps(lambda rows, drafting: 1.0)
     assert max(free[-MAX_TOKENS:]) == 8
+    middling = caps(lambda rows, drafting: 1.0 + 0.1 * rows + 0.5 * drafting)
+    assert len(set(middling)) > 1
+    jumps = random.Random(0)
+    now = iter(itertools.accumulate(jumps.uniform(0, 5) for _ in itertools.count()))
+    monkeypatch.setattr(width_planner.time, "perf_counter", lambda: next(now))
+    assert caps(lambda rows, drafting: 1.0 + 0.1 * rows + 0.5 * drafting) == middling
+    assert not any(setup.runner.planner.gap.gaps)
