@@ -519,6 +519,25 @@ class WidthPlanner:
     # checkpoints, batch 8, 2026-12-06: 0.06 ms of a plain step's 3.5, 2% of AR's throughput); a batch's load
     # changes more slowly than that, and a batch of one still looks again every 8 steps.
     PLAIN_STANDS = 32
+    # Where no request waits for a place in the batch (`others_wait` false: the engine's queue is empty, as in a
+    # batch that runs to its end), a step that drafts must also be expected to speed up each request in it that may
+    # draft: its slowest one's tokens per second against a plain step's (`_fair`). Then no request frees a place
+    # for another by finishing sooner, the batch's time is its slowest request's, and a plan scored by the step's
+    # tokens per second alone drafted for the requests whose drafts went best while the others paid for the wider
+    # step: Jacobi on the tiny checkpoint in vLLM at batch 8 (2026-12-07) drafted in 81% of its steps, each
+    # expecting 1.1x a plain step's tokens per second, but the slowest request of each batch committed 1.2 tokens a
+    # step at 1.6-1.9x a plain step's cost, and the batches ran 0.82x AR (docs/adaptive-widths.md). Not under a
+    # fixed `step_cost` (tests, a run reproduced): its plans are the step's tokens per second alone, so that a test's
+    # scripted costs give the widths that vary per request it means to give in a batch that runs to its end.
+    # The slowest request's tokens a drafting step are the least of what the rates expect of each and of what the
+    # slowest of as many requests realised (`realised`: each finished request's tokens per drafting step over its
+    # life, the last `REALISED_KEPT`, from `REALISED_STEPS` drafting steps on): the rates of a batch's requests are
+    # shrunk towards the method's, which its fast requests set, and overstate its slowest one (Jacobi, above: the
+    # rates said 2 tokens a step for every request of the batch while its slowest realised 1.2; held to the rates
+    # alone, its plans drafted as before, 0.77x AR).
+    others_wait = True
+    REALISED_KEPT = 64
+    REALISED_STEPS = 4
 
     def __init__(self, max_width: int, shape: Shape = Shape(), cost: StepCost | None = None,
                  acceptance: AcceptanceTable | None = None, measured_share: bool = False) -> None:
@@ -540,6 +559,8 @@ class WidthPlanner:
         self.measured_share = measured_share  # the engines' planners (`planner_for`); else `EXPECTED_SHARE` as is
         self._share_sums = np.array([self.SHARE_PRIOR * self.EXPECTED_SHARE, self.SHARE_PRIOR])  # accepted, expected
         self._expected_share = self._share()
+        self._lives: dict[str, list[int]] = {}  # per request: its drafting steps and the tokens they committed
+        self.realised: deque[float] = deque(maxlen=self.REALISED_KEPT)  # finished requests' tokens a drafting step
 
     @property
     def acceptance(self) -> AcceptanceTable:
@@ -643,8 +664,8 @@ class WidthPlanner:
     @property
     def _state(self) -> tuple:
         """What a plan depends on beside its batch: the rates, the share it expects (stale drafts move it, not the
-        rates) and the cost model."""
-        return self._acceptance.version, self._expected_share, self.cost.coefficients
+        rates), the cost model and whether requests wait (`others_wait`)."""
+        return self._acceptance.version, self._expected_share, self.cost.coefficients, self.others_wait
 
     def _tick(self) -> None:
         """`AcceptanceTable.tick`; where it forgets, the requests whose verifications wait to be taken in count as
@@ -658,11 +679,11 @@ class WidthPlanner:
         """Whether the last plan stands for this step as it was made, for at most `REPLAN_EVERY` steps (whatever was
         recorded or faded since): the same requests, seeded alike, none with a higher limit than planned for nor
         keeping more drafts than it gives (`UNTOLD_STEPS`), the cost model as it was (a refit, at once after a plain
-        probe, `PLAIN_PROBES`, redoes it); clipped to lower limits."""
+        probe, `PLAIN_PROBES`, redoes it) and whether requests wait (`others_wait`); clipped to lower limits."""
         last = self._last
         if last is None or self._reused >= self.REPLAN_EVERY - 1:
             return False
-        if not self._within(batch) or last[0][6] != self.cost.coefficients:
+        if not self._within(batch) or last[0][6:] != self._state[2:]:  # the cost model, `others_wait`
             return False
         kept = batch[3]
         if kept is not None and any(floor > width for floor, width in zip(kept, last[1].tolist(), strict=True)):
@@ -673,11 +694,12 @@ class WidthPlanner:
     def _stands_plain(self, batch: tuple) -> bool:
         """Whether the last plan, plain for every request where the measured cost had seen plain steps like it, stands
         for this step (`PLAIN_STANDS`): the same requests, seeded alike, none keeping drafts or with verifications
-        waiting, none with a higher limit than planned for; lower limits kept as the plan's."""
+        waiting, none with a higher limit than planned for, and requests waiting or not as they were
+        (`others_wait`); lower limits kept as the plan's."""
         last = self._last
         if last is None or not last[2] or not self._plain_settled or self._pending or batch[3] is not None \
                 or self._reused >= min(self.REPLAN_EVERY * len(batch[0]), self.PLAIN_STANDS) - 1 \
-                or not self._within(batch):
+                or last[0][-1] != self.others_wait or not self._within(batch):
             return False
         self._stood(batch)
         return True
@@ -767,13 +789,18 @@ class WidthPlanner:
         seconds = self.cost.predict(rows, np.arange(batch * width + 1) > 0, rows - batch)
         useful = 1 + int(np.count_nonzero(key.ravel() > 0))  # pairs that gain anything come first
         owners = order[: useful - 1] // width
+        rates = tokens[:useful] / seconds[:useful]
+        if self._paced and batch > 1:
+            taken = np.zeros((useful, batch))
+            taken[np.arange(1, useful), owners] = gains.ravel()[order[: useful - 1]]
+            rates = self._fair(rates, taken.cumsum(0), gains, seconds[:useful])
 
         def drafting(best: int) -> np.ndarray:  # the plans that add pairs only to requests the best one drafts for
             taken = np.zeros(batch, dtype=bool)
             taken[owners[:best]] = True
             return np.concatenate([np.ones(best + 1, dtype=bool), np.logical_and.accumulate(taken[owners[best:]])])
 
-        best = self._best((tokens / seconds)[:useful], rows[:useful], drafting, alone=batch == 1)
+        best = self._best(rates, rows[:useful], drafting, alone=batch == 1)
         return np.bincount(order[:best] // width, minlength=batch)
 
     def _uniform(self, gains: np.ndarray) -> np.ndarray:
@@ -785,7 +812,28 @@ class WidthPlanner:
         tokens = batch + np.concatenate([[0.0], gained.cumsum()])[:useful]
         rows = batch * self.shape.rows(w[:useful])
         seconds = self.cost.predict(rows, w[:useful] > 0, rows - batch)
-        return np.full(batch, self._best(tokens / seconds, rows, alone=batch == 1), dtype=np.int64)
+        rates = tokens / seconds
+        if self._paced and batch > 1:
+            taken = np.concatenate([np.zeros((1, batch)), gains.cumsum(1).T])[:useful]
+            rates = self._fair(rates, taken, gains, seconds)
+        return np.full(batch, self._best(rates, rows, alone=batch == 1), dtype=np.int64)
+
+    @property
+    def _paced(self) -> bool:
+        """Whether plans are held to the slowest request's pace (`others_wait` false, the cost measured)."""
+        return not self.others_wait and self.cost.fixed is None
+
+    def _fair(self, rates: np.ndarray, taken: np.ndarray, gains: np.ndarray, seconds: np.ndarray) -> np.ndarray:
+        """Candidate plans' tokens per second (`rates`; index 0 the plain step), none above what the batch would
+        commit at its slowest request's pace (`others_wait` false): `taken` [plan, request], each request's expected
+        extra tokens in each plan, and no more than the slowest of as many realised (`slowest_realised`). Only
+        requests that may draft (a first position that gains) count: one at its last token, say, cannot be sped up,
+        and finishes in the step either way."""
+        may = gains[:, 0] > 0
+        if not may.any():
+            return rates
+        slowest = np.minimum(1.0 + taken[:, may].min(1), max(self.slowest_realised(int(may.sum())), 1.0))
+        return np.minimum(rates, len(gains) * slowest / seconds)
 
     def margins(self, rows: Any, plain_rows: float) -> np.ndarray:
         """For drafting steps of each of `rows`, against a plain step of `plain_rows`: how much more than the plain step
@@ -857,7 +905,7 @@ class WidthPlanner:
                      "measured_steps": len(self.cost.steps),
                      "outside_ms": round(1e3 * self.gap.seconds, 3),
                      "drafting_outside_ms": round(1e3 * self.gap.seconds_for(1), 3),
-                     "expected_share": round(self.expected_share, 3)}
+                     "expected_share": round(self.expected_share, 3), "others_wait": int(self.others_wait)}
         if self.branches:
             described["branches"] = round(self.branches, 3)  # the recycled branches a drafting forward carries
         return described
@@ -892,6 +940,13 @@ class WidthPlanner:
         for keys, run in itertools.groupby(pending, key=lambda step: step[0]):
             steps = list(run)
             told, got, fresh = (np.array([step[i] for step in steps], dtype=np.int64) for i in (1, 2, 3))
+            drafted = told > 0
+            for key, count, tokens in zip(keys, drafted.sum(0).tolist(), (drafted * (1 + got)).sum(0).tolist(),
+                                          strict=True):
+                if count:
+                    life = self._lives.setdefault(key, [0, 0])
+                    life[0] += count
+                    life[1] += tokens
             if self.measured_share:
                 self._calibrate(list(keys), told, got)
             if fresh.any():
@@ -926,6 +981,18 @@ class WidthPlanner:
         self._acceptance.forget(keys)
         for key in keys:
             self.untold.pop(key, None)
+            steps, tokens = self._lives.pop(key, (0, 0))
+            if steps >= self.REALISED_STEPS:
+                self.realised.append(tokens / steps)
+
+    def slowest_realised(self, batch: int) -> float:
+        """What the slowest of `batch` requests is expected to commit a drafting step, were they drawn from the
+        recently finished ones (`realised`): the expected least of `batch` draws; infinite before any finished."""
+        if not self.realised:
+            return float("inf")
+        values = np.sort(np.fromiter(self.realised, dtype=np.float64))
+        above = (np.arange(len(values), 0, -1) / len(values)) ** batch  # the chance that the least is at least each
+        return float(values @ (above - np.append(above[1:], 0.0)))
 
 
 class Capped(Protocol):

@@ -14,7 +14,15 @@ def register() -> None:
     from sglang.srt.speculative.spec_registry import get_spec
 
     from parallel_decoding.common.checkpoint_configs import register_configs
-    from parallel_decoding.sglang_plugin import attention, cli, request_state, requests, steady_decode, step_timer
+    from parallel_decoding.sglang_plugin import (
+        attention,
+        cli,
+        request_state,
+        requests,
+        steady_decode,
+        step_timer,
+        waiting,
+    )
     from parallel_decoding.sglang_plugin.cpu_ops import register_missing_ops
 
     register_missing_ops()
@@ -32,6 +40,8 @@ def register() -> None:
                           steady_decode.count_step, HookType.AFTER)
     HookRegistry.register("sglang.srt.managers.scheduler.Scheduler.process_batch_result",
                           request_state.release_after_batch, HookType.AFTER)
+    HookRegistry.register("sglang.srt.managers.scheduler.Scheduler.process_batch_result", waiting.tell_planner,
+                          HookType.AFTER)
     HookRegistry.register("sglang.srt.managers.scheduler_components.internal_state.SchedulerInternalStateController."
                           "_add_speculative", request_state.report_entries, HookType.AFTER)
     for name in cli.ALGORITHMS.values():

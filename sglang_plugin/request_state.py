@@ -6,7 +6,8 @@ choices and cost model beside them (`internal_states[i]["parallel_decoding_width
 from typing import Any
 
 
-def _worker(scheduler: Any) -> Any:
+def worker_of(scheduler: Any) -> Any:
+    """The scheduler's worker where it is ours (a mode of ours runs), else None."""
     from parallel_decoding.sglang_plugin.worker import PluginWorker
 
     worker = getattr(scheduler, "draft_worker", None)
@@ -15,14 +16,14 @@ def _worker(scheduler: Any) -> Any:
 
 def release_after_batch(result: Any, scheduler: Any, *_: Any, **__: Any) -> None:
     """AFTER hook on `Scheduler.process_batch_result` (nothing to do without a mode)."""
-    worker = _worker(scheduler)
+    worker = worker_of(scheduler)
     if worker is not None:
         worker.release_finished()
 
 
 def report_entries(result: Any, controller: Any, state: dict[str, Any]) -> None:
     """AFTER hook on `SchedulerInternalStateController._add_speculative` (nothing added without a mode)."""
-    worker = _worker(controller.scheduler)
+    worker = worker_of(controller.scheduler)
     if worker is not None:
         state["parallel_decoding_entries"] = {"requests": len(worker.requests)}
         described = worker.describe_planner()

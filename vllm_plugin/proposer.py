@@ -14,6 +14,7 @@ from parallel_decoding.common.width_planner import WidthPlanner, planner_for
 from parallel_decoding.vllm_plugin import cpu_kernels, runner_hooks
 from parallel_decoding.vllm_plugin.config import ADDITIONAL_CONFIG_KEY
 from parallel_decoding.vllm_plugin.requests import CARRIED_KEY
+from parallel_decoding.vllm_plugin.scheduler import WAITING
 
 logger = logging.getLogger("vllm.parallel_decoding")  # under vLLM's own logger, so its handler prints it
 
@@ -69,6 +70,7 @@ class PluginProposer(runner_hooks.Hooked):
         self.step_started = time.perf_counter()
         if self.planner is not None:
             self.planner.began(list(scheduler_output.num_scheduled_tokens))  # `StepGap`
+            self.planner.others_wait = getattr(scheduler_output, WAITING, True)
 
     def widths(self, runner: Any, scheduler_output: Any, sampled_token_ids: list[list[int]], limits: list[int],
                iterated: list[bool] | None = None) -> list[int]:

@@ -7,6 +7,7 @@ from typing import Any
 from vllm.v1.core.sched.scheduler import Scheduler
 
 CARRIED = "parallel_decoding_drafts"  # the attribute of a step's ModelRunnerOutput that carries its drafts
+WAITING = "parallel_decoding_waiting"  # the attribute of a step's SchedulerOutput: whether requests wait after it
 
 
 class CarryingScheduler(Scheduler):
@@ -19,6 +20,13 @@ class CarryingScheduler(Scheduler):
         super().__init__(*args, **kwargs)
         self.carried: tuple[Any] | None = None  # (the step's DraftTokenIds or None,) once a step's output had them
         take_carried_drafts()
+
+    def schedule(self, *args: Any, **kwargs: Any) -> Any:
+        """vLLM's step, telling the worker whether requests still wait for a place in it (`WAITING`; the width
+        planner's `others_wait`)."""
+        output = super().schedule(*args, **kwargs)
+        setattr(output, WAITING, self.get_request_counts()[1] > 0)
+        return output
 
     def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> Any:
         self.carried = (getattr(model_runner_output, CARRIED),) if hasattr(model_runner_output, CARRIED) else None

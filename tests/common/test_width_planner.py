@@ -214,6 +214,65 @@ def test_requests_whose_drafts_fail_stop_paying_for_them():
     assert good == 8 and bad == 0
 
 
+def fitted_planner(per_row: float, batch: int, width: int = 8) -> WidthPlanner:
+    """A planner whose cost is measured (not fixed): steps of `batch` requests costing 1 + `per_row` a row, plain and
+    drafting up to `width` for each, observed."""
+    cost = StepCost(prior=(1.0, per_row, 0.0, 0.0), exact=True)
+    for rows, drafting in [(batch, 0)] * 8 + [(batch + k, 1) for k in range(1, batch * width + 1)] * 2:
+        cost.observe(rows, drafting, 1.0 + per_row * rows, requests=batch)
+    return WidthPlanner(width, Shape(), cost)
+
+
+def test_where_no_request_waits_a_step_drafts_only_where_it_speeds_up_its_slowest_request():
+    """Where requests wait for a place in the batch (the default) a plan drafts for the requests whose drafts pay
+    and holds the rest at no draft; where none wait (`others_wait` false, the cost measured) the batch runs to its
+    slowest request's end, and a step drafts only where each request that may draft is expected to go faster than
+    in a plain step: a request held at no draft would only be slowed by its neighbours' wider step."""
+    plan = fitted_planner(0.2, batch=2)
+    accepting(plan, ["good", "bad"], [8, 0])
+    assert plan.plan(["good", "bad"], [8, 8]).tolist() == [8, 0]
+    plan.others_wait = False
+    assert plan.plan(["good", "bad"], [8, 8]).tolist() == [0, 0]
+    assert plan.describe()["others_wait"] == 0
+    plan.others_wait = True  # requests wait again: planned as before
+    assert plan.plan(["good", "bad"], [8, 8]).tolist() == [8, 0]
+    ending = fitted_planner(0.2, batch=2)  # one that cannot draft (at its last token) is not held to it
+    accepting(ending, ["good", "bad"], [8, 0])
+    ending.others_wait = False
+    assert ending.plan(["good", "bad"], [8, 0]).tolist() == [8, 0]
+    both = fitted_planner(0.2, batch=2)
+    accepting(both, ["a", "b"], [8, 8])
+    both.others_wait = False
+    assert both.plan(["a", "b"], [8, 8]).tolist() == [8, 8]
+    # The slowest of a batch is taken at no more than the slowest of as many recently finished requests realised:
+    # where those committed little a drafting step, the step is plain, whatever the rates say.
+    assert both.slowest_realised(2) == float("inf")
+    both.realised.extend([1.0, 3.0])
+    assert both.slowest_realised(1) == 2.0 and both.slowest_realised(2) == 0.75 * 1.0 + 0.25 * 3.0
+    both.realised.extend([1.1] * 6)  # (taken in as requests finish, which replans: here a batch planned anew)
+    assert both.plan(["b", "a"], [8, 8]).tolist() == [0, 0]
+    ended = fitted_planner(0.2, batch=1)  # what a finished request realised: its tokens a drafting step
+    for accepted in (3, 1, 0, 0):
+        ended.record(["a"], [8], [accepted])
+    ended.record(["a"], [0], [0])  # a plain step is not one of them
+    ended.forget(["a"])
+    assert list(ended.realised) == [(4 + 2 + 1 + 1) / 4]
+    ended.record(["b"], [8], [8])  # too few drafting steps to tell
+    ended.forget(["b"])
+    assert list(ended.realised) == [2.0]
+    # A layout of one width for the batch alike; and a fixed cost (tests, a run reproduced) plans as before.
+    uniform = fitted_planner(0.2, batch=2)
+    uniform.shape = replace(uniform.shape, uniform=True)
+    accepting(uniform, ["good", "bad"], [8, 0])
+    assert uniform.plan(["good", "bad"], [8, 8]).tolist()[0] > 0
+    uniform.others_wait = False
+    assert uniform.plan(["good", "bad"], [8, 8]).tolist() == [0, 0]
+    fixed = planner((1.0, 0.05, 0.0))
+    accepting(fixed, ["good", "bad"], [8, 0])
+    fixed.others_wait = False
+    assert fixed.plan(["good", "bad"], [8, 8]).tolist() == [8, 0]
+
+
 def test_width_falls_as_rows_get_dearer():
     widths = []
     for per_row in (0.0, 0.01, 0.05, 0.2, 5.0):

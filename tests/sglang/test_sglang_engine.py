@@ -103,6 +103,7 @@ def test_paused_decoders_catch_up_when_the_batch_shrinks(engine_dir, prompts, cp
     paused = planner.get("paused_steps", planner.get("paused_request_steps"))
     assert paused >= 5 and planner["drafts_per_step"] > 0, planner
     assert planner["steady_steps"] >= 3, planner  # the full batch's plain steps after its first: no per-request work
+    assert planner["others_wait"] == 0, planner  # told after each batch (`sglang_plugin.waiting`): none wait now
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [

@@ -7,7 +7,7 @@ from tests.support.vllm_engine import engine  # isort: split
 
 from vllm import SamplingParams
 
-from parallel_decoding.vllm_plugin.metrics import acceptance
+from parallel_decoding.vllm_plugin.metrics import acceptance, planner
 from tests.support import ties
 from tests.support.vllm_cases import MAX_TOKENS, STOP_AT, reference_stats, untied
 
@@ -116,19 +116,26 @@ def test_the_width_planner_decides_what_is_forwarded(engine_dir, requests, spec,
     assert built
 
 
+PROBE = "parallel_decoding.vllm_plugin.probe.StateProbe"  # the worker extension the planner is read through
+
+
 @pytest.mark.parametrize("spec", [METHODS[5]], ids=["jacobi"])
 def test_each_step_carries_its_drafts_to_the_scheduler(engine_dir, requests, spec):
     """The engine core takes the next step's drafts from the step's output (`scheduler.CarryingScheduler`), never
-    from a call to the worker of their own after the step; AR's output, drafting."""
+    from a call to the worker of their own after the step, and tells the planner whether requests wait; AR's output,
+    drafting."""
     batch, params, expected = requests
-    with engine(engine_dir["qwen3"], spec) as llm:
+    with engine(engine_dir["qwen3"], spec, worker_extension_cls=PROBE) as llm:
         executor = llm.llm_engine.engine_core.engine_core.model_executor
         asked = []
         take = executor.take_draft_token_ids
         executor.take_draft_token_ids = lambda: asked.append(1) or take()
         got = llm.generate(batch, params)
         drafted = acceptance(llm).num_draft_tokens
+        chose = planner(llm)
     assert drafted > 0 and not asked
+    # The scheduler also tells the worker's planner whether requests wait (`WAITING`): none after the batch.
+    assert chose["others_wait"] == 0, chose
     assert [o.outputs[0].token_ids for o in got] == [w.outputs[0].token_ids for w in expected]
 
 
