@@ -1,5 +1,6 @@
 """Speculation widths chosen per step by load: before each step every request gets the number of drafts to forward
-(0: a plain AR step for it) that maximises the step's expected committed tokens per second.
+(0: a plain AR step for it) that maximises the step's expected committed tokens per second; where no request waits
+for a place in the batch, at its slowest request's pace (`WidthPlanner.others_wait`).
 
 Two inputs, both measured in the serving process: what a step costs as a function of its rows (`StepCost`, fitted
 from the engine's own recent step times) and how far each request's drafts get accepted (`AcceptanceTable`, per
