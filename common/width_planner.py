@@ -792,9 +792,9 @@ class WidthPlanner:
         owners = order[: useful - 1] // width
         rates = tokens[:useful] / seconds[:useful]
         if self._paced and batch > 1:
-            taken = np.zeros((useful, batch))
-            taken[np.arange(1, useful), owners] = gains.ravel()[order[: useful - 1]]
-            rates = self._fair(rates, taken.cumsum(0), gains, seconds[:useful])
+            extra = np.zeros((useful, batch))  # each plan's pair beyond the one before: its request's expected tokens
+            extra[np.arange(1, useful), owners] = gains.ravel()[order[: useful - 1]]
+            rates = self._fair(rates, extra.cumsum(0), gains, seconds[:useful])
 
         def drafting(best: int) -> np.ndarray:  # the plans that add pairs only to requests the best one drafts for
             taken = np.zeros(batch, dtype=bool)
@@ -833,7 +833,7 @@ class WidthPlanner:
         may = gains[:, 0] > 0
         if not may.any():
             return rates
-        slowest = np.minimum(1.0 + taken[:, may].min(1), max(self.slowest_realised(int(may.sum())), 1.0))
+        slowest = np.minimum(1.0 + taken[:, may].min(1), self.slowest_realised(int(may.sum())))
         return np.minimum(rates, len(gains) * slowest / seconds)
 
     def margins(self, rows: Any, plain_rows: float) -> np.ndarray:
