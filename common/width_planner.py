@@ -520,6 +520,23 @@ class WidthPlanner:
     # checkpoints, batch 8, 2026-12-06: 0.06 ms of a plain step's 3.5, 2% of AR's throughput); a batch's load
     # changes more slowly than that, and a batch of one still looks again every 8 steps.
     PLAIN_STANDS = 32
+    # A plan drafting every request's whole limit, made where the cost is measured and expected to commit at least
+    # `CRUISE_RATE` times a plain step's tokens per second (its score, margin and all, in `_best`), stands for
+    # `CRUISE_STEPS` steps of its batch, through refits and the verifications recorded meanwhile (taken in at once
+    # when it is redone): where drafting pays that much, a plan redone every few steps comes out the same, and
+    # redoing it cost what a pinned width does not pay (Jacobi on the tiny checkpoint, vLLM, batch 1, 2026-12-07: it
+    # planned its pinned width's drafts but in a request's first and last steps, the planner took 0.16 ms of a 3.3
+    # ms step in the worker, a plan was redone every 5.7 steps, and it ran 0.93x its pinned width's tokens per
+    # second; with this, 1.00x; docs/adaptive-widths.md). A batch that changes (a request finished or joined, a
+    # limit higher than planned for) redoes it at once, as any plan; the fit is not redone meanwhile (0.03 ms a step
+    # there, a refit every 16 steps). Only on a fit that has measured at least `CRUISE_SUPPORT` drafting steps of
+    # about the plan's rows: a plan priced by the prior (drafting a quarter of a base dearer than a plain step
+    # without a draft forward of its own) drafts at once, and where drafting costs more than that, it must be redone
+    # soon (Jacobi under a slow CPU's SmolLM2-like costs in `scripts.replay_widths`: 0.90x plain steps' rate
+    # cruising from such plans against 0.97x).
+    CRUISE_RATE = 1.5
+    CRUISE_STEPS = 32
+    CRUISE_SUPPORT = 16
     # Where no request waits for a place in the batch (`others_wait` false: the engine's queue is empty, as in a
     # batch that runs to its end), a step that drafts must also be expected to speed up each request in it that may
     # draft: its slowest one's tokens per second against a plain step's (`_fair`). Then no request frees a place
@@ -555,6 +572,8 @@ class WidthPlanner:
         self._ticked = False  # whether this step's tick is done (`plain_again`)
         self._reused = 0  # steps the last plan stood for since it was made or found unchanged (`_stands`)
         self._plain_settled = False  # whether the last plan is plain where plain steps like it were measured
+        self._cruising = False  # whether the last plan drafts every request's limit at `CRUISE_RATE` (`_cruises`)
+        self._best_over_plain = 1.0  # the last plan's expected tokens per second over a plain step's (`_best`)
         self._pending: list[tuple[tuple[str, ...], list[int], list[int], list[int]]] = []  # keys, told, got, fresh
         self.untold: dict[str, tuple[int, int]] = {}  # per request given drafts: its steps told nothing since, width
         self.measured_share = measured_share  # the engines' planners (`planner_for`); else `EXPECTED_SHARE` as is
@@ -609,7 +628,7 @@ class WidthPlanner:
         # steps under load are, reuses it instead of recomputing it; a drafting batch's plan stands a few steps, a
         # plain one longer (`PLAIN_STANDS`).
         batch = (list(keys), limits, None if seeded is None else list(seeded), self._kept(keys))
-        if self._stands_plain(batch):
+        if self._cruises(batch) or self._stands_plain(batch):
             pass
         elif not self._pending and self._last is not None and self._last[0] == (*batch, *self._state):
             self._reused = 0
@@ -678,16 +697,29 @@ class WidthPlanner:
 
     def _stands(self, batch: tuple) -> bool:
         """Whether the last plan stands for this step as it was made, for at most `REPLAN_EVERY` steps (whatever was
-        recorded or faded since): the same requests, seeded alike, none with a higher limit than planned for nor
-        keeping more drafts than it gives (`UNTOLD_STEPS`), the cost model as it was (a refit, at once after a plain
-        probe, `PLAIN_PROBES`, redoes it) and whether requests wait (`others_wait`); clipped to lower limits."""
+        recorded or faded since): the batch it `_holds` for, the cost model as it was (a refit, at once after a plain
+        probe, `PLAIN_PROBES`, redoes it) and whether requests wait (`others_wait`)."""
         last = self._last
         if last is None or self._reused >= self.REPLAN_EVERY - 1:
             return False
-        if not self._within(batch) or last[0][6:] != self._state[2:]:  # the cost model, `others_wait`
+        return last[0][6:] == self._state[2:] and self._holds(batch)  # the cost model, `others_wait`
+
+    def _cruises(self, batch: tuple) -> bool:
+        """Whether the last plan, drafting every request's limit at `CRUISE_RATE`, stands for this step
+        (`CRUISE_STEPS`), through refits: the batch it `_holds` for."""
+        last = self._last
+        if last is None or not self._cruising or self._reused >= self.CRUISE_STEPS - 1:
+            return False
+        return self._holds(batch)
+
+    def _holds(self, batch: tuple) -> bool:
+        """Whether the last plan holds for `batch` (the same requests, seeded alike, none with a higher limit than
+        planned for nor keeping more drafts than it gives, `UNTOLD_STEPS`), standing one more step if so, clipped to
+        lower limits (`_stood`)."""
+        if not self._within(batch):
             return False
         kept = batch[3]
-        if kept is not None and any(floor > width for floor, width in zip(kept, last[1].tolist(), strict=True)):
+        if kept is not None and any(floor > width for floor, width in zip(kept, self._last[1].tolist(), strict=True)):
             return False
         self._stood(batch)
         return True
@@ -746,6 +778,9 @@ class WidthPlanner:
         self._last = inputs, widths, int(not widths.any()), int(widths.sum())
         self._plain_settled = not widths.any() and self.cost.fixed is None and int(self.cost.support(
             float(self.shape.rows(np.zeros(len(keys))).sum()), drafting=False)) >= self.PLAIN_PROBES
+        self._cruising = self.cost.fixed is None and self._best_over_plain >= self.CRUISE_RATE and bool(
+            (widths == capped).all() and capped.all()) and int(self.cost.support(
+                float(self.shape.rows(widths).sum()))) >= self.CRUISE_SUPPORT
         return widths
 
     def _planned(self, keys: list[str], limits: Any, seeded: list[bool] | None,
@@ -864,6 +899,7 @@ class WidthPlanner:
         margins[0] = 1.0
         scores = rates / margins
         best = int(np.argmax(scores))
+        self._best_over_plain = 1.0
         if self.cost.fixed is None:
             plain = int(self.cost.support(rows[0], drafting=False))
             if plain < self.PLAIN_PROBES:
@@ -876,6 +912,7 @@ class WidthPlanner:
         if best:  # the widest drafting plan within `WIDER_WITHIN` of the best (of those `widening` allows)
             within = scores >= (1.0 - self.WIDER_WITHIN) * scores[best]
             best = int(np.flatnonzero(within if widening is None else within & widening(best))[-1])
+            self._best_over_plain = float(scores[best] / scores[0])
         return best
 
     def began(self, keys: Sequence[str]) -> None:
@@ -929,8 +966,8 @@ class WidthPlanner:
         if keys and any(told):
             got = accepted.tolist() if isinstance(accepted, torch.Tensor) else [int(n) for n in accepted]
             self._pending.append((tuple(keys), told, got, fresh))
-            if len(self._pending) >= self.REPLAN_EVERY:  # as many as a plan stands for: their rates are its own
-                self._settle()
+            if len(self._pending) >= (self.CRUISE_STEPS if self._cruising else self.REPLAN_EVERY):
+                self._settle()  # as many as a plan stands for: their rates are its own
 
     def _settle(self) -> None:
         """Take the verifications recorded since the last plan into the expected share and the acceptance, each run

@@ -515,11 +515,12 @@ def test_a_cold_first_drafting_step_does_not_hold_an_engines_plans_at_plain_step
     plan.observe(8, 1, 0.05)  # cold: ten plain steps' time
     accepting(plan, ["a"], [5])
     assert plan.plan(["a"], [7]).tolist()[0] >= 5  # the drafts it accepts (or more: `WIDER_WITHIN`)
-    plan.cost.skips_cold = False  # the same step counted: drafting looks dear enough to hold the request plain
+    plan.cost.skips_cold = False  # the same step counted: drafting looks dear enough to hold a request plain
     plan.cost.warm.clear()
     plan.cost.observe(8, 1, 0.05)
     plan.cost.observe(8, 1, 0.05)
-    assert plan.plan(["a"], [7]).tolist() == [0]
+    accepting(plan, ["b"], [5])  # (a new batch: "a"'s plan may stand through refits, `CRUISE_STEPS`)
+    assert plan.plan(["b"], [7]).tolist() == [0]
 
 
 def rate(plan: WidthPlanner, gains: torch.Tensor, widths: list[int]) -> float:
@@ -589,6 +590,45 @@ def test_a_plan_stands_for_a_few_steps_of_its_batch_and_takes_their_verification
     together.record(["x", "y", "z"], verified, accepted)
     assert np.allclose(apart.rates(["x", "y", "z"]), together.rates(["x", "y", "z"]))
     assert np.allclose(apart.method, together.method) and np.allclose(apart.counts, together.counts)
+
+
+def test_a_plan_drafting_every_limit_where_that_pays_well_stands_longer(monkeypatch):
+    """Where the measured cost has seen enough drafting steps like it (`CRUISE_SUPPORT`), a plan giving every request
+    its whole limit and expected to commit `CRUISE_RATE` times a plain step's tokens per second stands for
+    `CRUISE_STEPS` steps of its batch, through refits and failing verifications, which it then takes in at once (the
+    planner's overhead was most of what Jacobi at batch 1 in vLLM paid beside its pinned width); on fewer such
+    steps measured, or paying less, it stands `REPLAN_EVERY` steps as any plan; another batch redoes it at once."""
+    monkeypatch.setattr(AcceptanceTable, "FORGET_EVERY", 1024)  # no fading (which redoes a plan) in these steps
+
+    def measured(drafting_steps: int, drafting_cost: float) -> tuple[WidthPlanner, list]:
+        plan, computed = WidthPlanner(8, Shape(), StepCost(), measured_share=True), []
+        monkeypatch.setattr(plan, "_planned",
+                            lambda *args, planned=plan._planned: computed.append(args) or planned(*args))
+        for _ in range(8):
+            plan.observe(1, 0, 0.01)
+        for _ in range(drafting_steps):
+            plan.observe(9, 1, drafting_cost)
+        accepting(plan, ["a"], [8])
+        return plan, computed
+
+    for drafting_steps, drafting_cost, stands in ((WidthPlanner.CRUISE_SUPPORT, 0.015, WidthPlanner.CRUISE_STEPS),
+                                                  (WidthPlanner.CRUISE_SUPPORT - 1, 0.015, WidthPlanner.REPLAN_EVERY),
+                                                  (WidthPlanner.CRUISE_SUPPORT, 0.06, WidthPlanner.REPLAN_EVERY)):
+        plan, computed = measured(drafting_steps, drafting_cost)
+        assert plan.plan(["a"], [8]).tolist() == [8] and len(computed) == 1, (drafting_steps, drafting_cost)
+        rate = plan.acceptance.rates(["a"])[0, 0]
+        for step in range(1, stands):  # its drafts fail, the step is timed (refitted every 16): the plan stands
+            plan.record(["a"], [8], [0])
+            plan.observe(9, 1, drafting_cost, ["a"])
+            assert plan.plan(["a"], [8]).tolist() == [8] and len(computed) == 1, (drafting_steps, step)
+        plan.record(["a"], [8], [0])
+        plan.plan(["a"], [8])
+        assert len(computed) == 2 and plan.acceptance.rates(["a"])[0, 0] < rate - 0.2  # redone with what "a" showed
+    plan, computed = measured(WidthPlanner.CRUISE_SUPPORT, 0.015)
+    plan.plan(["a"], [8])
+    accepting(plan, ["b"], [8])
+    plan.plan(["a", "b"], [8, 8])
+    assert len(computed) == 2  # another batch
 
 
 def test_mask_slot_drafts_count_the_steps_that_lay_their_slots_afresh():
