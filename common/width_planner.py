@@ -626,7 +626,8 @@ class WidthPlanner:
             return torch.as_tensor(limits, dtype=torch.long).clamp(0, self.max_width)
         # The plan is a function of these: a step like the last (nothing verified since, no refit), as most plain
         # steps under load are, reuses it instead of recomputing it; a drafting batch's plan stands a few steps, a
-        # plain one longer (`PLAIN_STANDS`).
+        # plain one longer (`PLAIN_STANDS`), and one drafting every limit where that pays well longer still
+        # (`CRUISE_STEPS`).
         batch = (list(keys), limits, None if seeded is None else list(seeded), self._kept(keys))
         if self._cruises(batch) or self._stands_plain(batch):
             pass
@@ -954,7 +955,8 @@ class WidthPlanner:
         not `iterated` (`Decoder.iterated`: stale drafts only refresh), though what they accepted of what the rates
         expected counts towards the share a plan expects (`expected_share`): the plan paid for them as for any. Taken
         into the acceptance when a plan is next redone, with the steps recorded since the last one, at most
-        `REPLAN_EVERY` (each weighed by the rates the plan that stood for it read)."""
+        `REPLAN_EVERY` (`CRUISE_STEPS` under a plan that stands that long; each weighed by the rates the plan that
+        stood for it read)."""
         told = verified.tolist() if isinstance(verified, torch.Tensor) else [int(n) for n in verified]
         fresh = told if iterated is None else [n if it else 0 for n, it in zip(told, iterated, strict=True)]
         if self.untold:  # a request given drafts: told (forgotten here) or one more step told nothing (`UNTOLD_STEPS`)
