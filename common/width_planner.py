@@ -556,6 +556,27 @@ class WidthPlanner:
     others_wait = True
     REALISED_KEPT = 64
     REALISED_STEPS = 4
+    # Where the cost is measured and what recently finished requests realised a drafting step (`realised`, their
+    # mean, for each request a step drafts for) would pay for none of a plan's candidate drafting steps at their
+    # fitted costs, by `UNPAID_MARGIN` against a plain step's tokens per second, the plan is plain whatever the
+    # requests' rates expect: the rates of positions that a request's drafts seldom reach rest on the method's prior,
+    # and where its first draft is seldom accepted they expect of the later ones what nothing measured. `jacobi` on
+    # SmolLM2 in SGLang at batch 1 (2026-12-07): the rates expected 0.83 extra tokens a drafting step (positions 2-8
+    # at 0.7-0.8; 0.36 and 0.5 measured at 2 and 3, on the 11 and 4 of 171 steps that reached them), the steps
+    # accepted 0.11, and drafting in 41% of its steps at 0.76x a plain step's tokens per second it ran 0.90x AR. The
+    # share a plan counts (`expected_share`) cannot make up for it: it is held at least `EXPECTED_SHARE`, below which
+    # `jacobi` and linear `diffusion_self` on the tiny checkpoints drafted less than their pinned widths gained by
+    # (replayed with a floor of 0.1: 0.955x and 0.952x their pinned widths, against 0.996x and 1.001x). Only beyond
+    # the margin: the realised mean is of all of a request's drafting steps, and a plan drafting at its good moments
+    # may pay where the mean does not (`wedlm_spec` on the tiny checkpoint replayed at a spread of 0.3: 0.988x the
+    # better of plain and pinned steps vetoed at the mean, 1.005x as before with the margin). A step given drafts that
+    # verified none (Jacobi's stale drafts, mask slots laid first) counts among a request's drafting steps, as one
+    # token: without it, that `jacobi` realised 1.2-1.3 tokens a step, within the margin of its narrowest drafting
+    # step's price (1.34x a plain step's), and still drafted in 56% of its steps (0.93x AR); with it, 1.01x AR, 90%
+    # plain. Only while the last request that realised anything finished within `UNPAID_WITHIN` requests: a veto that
+    # a few unlucky requests set lifts, and the next request that drafts measures again.
+    UNPAID_WITHIN = 16
+    UNPAID_MARGIN = 1.1
 
     def __init__(self, max_width: int, shape: Shape = Shape(), cost: StepCost | None = None,
                  acceptance: AcceptanceTable | None = None, measured_share: bool = False) -> None:
@@ -581,6 +602,8 @@ class WidthPlanner:
         self._expected_share = self._share()
         self._lives: dict[str, list[int]] = {}  # per request: its drafting steps and the tokens they committed
         self.realised: deque[float] = deque(maxlen=self.REALISED_KEPT)  # finished requests' tokens a drafting step
+        self.finished = 0  # requests forgotten so far
+        self.realised_at = 0  # `finished` when the last one was `realised`
 
     @property
     def acceptance(self) -> AcceptanceTable:
@@ -827,6 +850,10 @@ class WidthPlanner:
         useful = 1 + int(np.count_nonzero(key.ravel() > 0))  # pairs that gain anything come first
         owners = order[: useful - 1] // width
         rates = tokens[:useful] / seconds[:useful]
+        if self._unpaid_vetoes:
+            first = np.zeros(useful - 1)
+            first[np.unique(owners, return_index=True)[1]] = 1.0  # a pair that makes its request draft
+            rates = self._unpaid(rates, batch, np.concatenate([[0.0], first.cumsum()]), seconds[:useful])
         if self._paced and batch > 1:
             extra = np.zeros((useful, batch))  # each plan's pair beyond the one before: its request's expected tokens
             extra[np.arange(1, useful), owners] = gains.ravel()[order[: useful - 1]]
@@ -850,6 +877,9 @@ class WidthPlanner:
         rows = batch * self.shape.rows(w[:useful])
         seconds = self.cost.predict(rows, w[:useful] > 0, rows - batch)
         rates = tokens / seconds
+        if self._unpaid_vetoes:
+            rates = self._unpaid(rates, batch, np.where(w[:useful] > 0, float(np.count_nonzero(gains[:, 0] > 0)), 0.0),
+                                 seconds)
         if self._paced and batch > 1:
             taken = np.concatenate([np.zeros((1, batch)), gains.cumsum(1).T])[:useful]
             rates = self._fair(rates, taken, gains, seconds)
@@ -859,6 +889,23 @@ class WidthPlanner:
     def _paced(self) -> bool:
         """Whether plans are held to the slowest request's pace (`others_wait` false, the cost measured)."""
         return not self.others_wait and self.cost.fixed is None
+
+    @property
+    def _unpaid_vetoes(self) -> bool:
+        """Whether plans are held to what recently finished requests realised (`UNPAID_WITHIN`, `_unpaid`)."""
+        return self.cost.fixed is None and bool(self.realised) and self.finished - self.realised_at < self.UNPAID_WITHIN
+
+    def _unpaid(self, rates: np.ndarray, batch: int, drafters: np.ndarray, seconds: np.ndarray) -> np.ndarray:
+        """Candidate plans' tokens per second (`rates`; index 0 the plain step of `batch` requests), the drafting ones
+        (for `drafters` requests each) held to what they would commit at the mean of `realised` tokens a drafting step
+        where that is below the plain step's rate for every one of them (`UNPAID_WITHIN`): then none beats the plain
+        step. Where one would pay (the narrowest, as a rule: the realised tokens are mostly of wider steps), the rates
+        stand: a request's drafts pay at some moments and not at others, and a plan drafting at the good ones may pay
+        where the mean step does not (`wedlm_spec` on the tiny checkpoint, replayed: 1.05x the better of plain and
+        pinned steps, 0.98x held to the realised mean candidate by candidate)."""
+        mean = float(np.fromiter(self.realised, dtype=np.float64).mean())
+        realisable = (batch + drafters * (mean - 1.0)) / seconds
+        return np.minimum(rates, realisable) if (self.UNPAID_MARGIN * realisable[1:] < rates[0]).all() else rates
 
     def _fair(self, rates: np.ndarray, taken: np.ndarray, gains: np.ndarray, seconds: np.ndarray) -> np.ndarray:
         """Candidate plans' tokens per second (`rates`; index 0 the plain step), none above what the batch would
@@ -960,11 +1007,15 @@ class WidthPlanner:
         told = verified.tolist() if isinstance(verified, torch.Tensor) else [int(n) for n in verified]
         fresh = told if iterated is None else [n if it else 0 for n, it in zip(told, iterated, strict=True)]
         if self.untold:  # a request given drafts: told (forgotten here) or one more step told nothing (`UNTOLD_STEPS`)
-            for key, count in zip(keys, fresh, strict=True):
+            for key, count, verified_now in zip(keys, fresh, told, strict=True):
                 if key in self.untold:
                     steps, width = self.untold.pop(key)
                     if not count:
                         self.untold[key] = (steps + 1, width)
+                    if not verified_now:  # a drafting step all the same, of one token (`realised`)
+                        life = self._lives.setdefault(key, [0, 0])
+                        life[0] += 1
+                        life[1] += 1
         if keys and any(told):
             got = accepted.tolist() if isinstance(accepted, torch.Tensor) else [int(n) for n in accepted]
             self._pending.append((tuple(keys), told, got, fresh))
@@ -1022,8 +1073,10 @@ class WidthPlanner:
         for key in keys:
             self.untold.pop(key, None)
             steps, tokens = self._lives.pop(key, (0, 0))
+            self.finished += 1
             if steps >= self.REALISED_STEPS:
                 self.realised.append(tokens / steps)
+                self.realised_at = self.finished
 
     def slowest_realised(self, batch: int) -> float:
         """What the slowest of `batch` requests is expected to commit a drafting step, were they drawn from the

@@ -6,13 +6,15 @@ planner sees: `--noise`, the relative spread of a step's time, a third on this 2
 
     python -m scripts.replay_widths --json out/replay.json
     python -m scripts.replay_widths --methods jacobi --row-cost 0.0133 --noise 0,0.3 --seeds 5 --json out/replay.json
+    python -m scripts.replay_widths --model smollm2 --methods jacobi --drafting-cost 0.27 --json out/replay.json
 
 A step's modelled seconds are `base * (1 + row_cost * rows + drafting_cost * drafting + draft_row_cost * (rows - 1))`
 (the step's rows in all its forwards; `drafting_cost` by the method's shape as the planner's prior: a base more with a
 draft forward of its own, a quarter of one without, unless given), noiseless for the rates reported; the fitted
 planner is shown each step's seconds times a lognormal factor of `--noise` (seeded). Reported per method: tokens per
 modelled second of the pinned width, of plain AR steps (one token a step of one row), and of each adaptive run, with
-`over_pinned`, `over_best` (over the better of pinned and plain) and the share of plain steps.
+`over_pinned`, `over_best` (over the better of pinned and plain) and the share of plain steps. `--model smollm2` replays
+the real model's methods (`scripts.bench`'s, on its chat prompts) instead of the tiny checkpoints'.
 """
 
 import argparse
@@ -24,7 +26,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from scripts.bench import METHODS, PROMPTS
+from scripts.bench import METHODS, PROMPTS, REAL_METHODS
 from scripts.trained_models import copy
 
 LOSSLESS = ("diffusion_self", "diffusion_self_quadratic", "jacobi", "wedlm_spec")
@@ -129,6 +131,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m scripts.replay_widths", description=__doc__.splitlines()[0])
     parser.add_argument("--json", required=True)
     parser.add_argument("--models", default="out/trained-models", help="the trained checkpoints (copied if missing)")
+    parser.add_argument("--model", choices=("tiny", "smollm2"), default="tiny")
     parser.add_argument("--methods", default=",".join(LOSSLESS))
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--prompts", type=int, default=8, help="requests a run, one at a time (the bench's prompts)")
@@ -139,11 +142,21 @@ def main() -> None:
     parser.add_argument("--noise", default="0.3", help="relative spreads of the fitted planner's step times")
     parser.add_argument("--seeds", type=int, default=3)
     args = parser.parse_args()
-    paths = copy(Path(args.models))
-    table = {name: (checkpoint, spec) for name, checkpoint, spec in METHODS}
+    if args.model == "smollm2":
+        from transformers import AutoTokenizer
+
+        from scripts import chat_prompts, smollm2
+
+        paths, methods = {"smollm2": smollm2.ensure()}, REAL_METHODS
+        tokenizer = AutoTokenizer.from_pretrained(paths["smollm2"])
+        pool = [tokenizer.apply_chat_template(chat_prompts.messages(p), add_generation_prompt=True, tokenize=False)
+                for p in chat_prompts.sample("heldout", 8)]
+    else:
+        paths, methods, pool = copy(Path(args.models)), METHODS, PROMPTS
+    table = {name: (checkpoint, spec) for name, checkpoint, spec in methods}
     cost = ScriptedCost(row_cost=args.row_cost, drafting_cost=args.drafting_cost, draft_row_cost=args.draft_row_cost)
     noises = [float(n) for n in args.noise.split(",")]
-    prompts = [PROMPTS[i % len(PROMPTS)] for i in range(args.prompts)]
+    prompts = [pool[i % len(pool)] for i in range(args.prompts)]
     records = []
     for name in tqdm(args.methods.split(","), desc="methods"):
         checkpoint, spec = table[name]

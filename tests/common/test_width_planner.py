@@ -273,6 +273,40 @@ def test_where_no_request_waits_a_step_drafts_only_where_it_speeds_up_its_slowes
     assert fixed.plan(["good", "bad"], [8, 8]).tolist() == [8, 0]
 
 
+def test_drafting_that_no_step_could_pay_for_by_what_finished_requests_realised_is_not_taken():
+    """Where what recently finished requests realised a drafting step would pay for none of the candidate drafting
+    steps at their fitted costs (by `UNPAID_MARGIN`), the plan is plain whatever the rates expect; where it would pay
+    for one, the rates decide; a veto lifts once `UNPAID_WITHIN` requests finished without realising anything."""
+    paying = fitted_planner(0.2, batch=1)  # a plain step 1.2, one draft 1.4, eight 2.8
+    accepting(paying, ["a"], [8])
+    assert paying.plan(["a"], [8]).tolist() == [8]
+    for accepted in [0] * 9 + [1]:  # a request whose drafting steps committed 1.1 tokens each: 1.1 at 1.4 against 1
+        paying.record(["b"], [8], [accepted])  # at 1.2 is within the margin, and the rates decide
+    paying.forget(["b"])
+    assert list(paying.realised) == [1.1] and paying.plan(["c"], [8]).tolist() == [8]  # the next request
+    plan = fitted_planner(0.2, batch=1)
+    accepting(plan, ["a"], [8])
+    for _ in range(4):  # one whose drafting steps committed 1 token each: 1 at 1.4 does not, against 1 at 1.2
+        plan.record(["b"], [8], [0])
+    plan.forget(["b"])
+    assert list(plan.realised) == [1.0] and plan.plan(["c"], [8]).tolist() == [0]
+    plan.forget([f"x{i}" for i in range(WidthPlanner.UNPAID_WITHIN - 1)])  # finished without drafting
+    assert plan.plan(["d"], [8]).tolist() == [0]
+    plan.forget(["y"])  # (the veto moves only as requests finish, which changes the batch)
+    assert plan.plan(["z"], [8]).tolist() == [8]  # the veto lifted: drafting is measured again
+    stale = fitted_planner(0.2, batch=1)  # a step given drafts that verified none is a drafting step of one token
+    assert stale.plan(["s"], [8]).tolist()[0] > 0
+    stale.record(["s"], [0], [0])  # (Jacobi's stale drafts, mask slots laid first)
+    for _ in range(3):
+        stale.record(["s"], [8], [2])
+    stale.forget(["s"])
+    assert list(stale.realised) == [(1 + 3 * 3) / 4]
+    fixed = planner((1.2, 0.2, 0.0))  # a fixed cost (tests, a run reproduced) plans by the rates alone
+    accepting(fixed, ["a"], [8])
+    fixed.realised.extend([1.0] * 4)
+    assert fixed.plan(["a"], [8]).tolist() == [8]
+
+
 def test_width_falls_as_rows_get_dearer():
     widths = []
     for per_row in (0.0, 0.01, 0.05, 0.2, 5.0):
