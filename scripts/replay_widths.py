@@ -132,7 +132,7 @@ def main() -> None:
     parser.add_argument("--json", required=True)
     parser.add_argument("--models", default="out/trained-models", help="the trained checkpoints (copied if missing)")
     parser.add_argument("--model", choices=("tiny", "smollm2"), default="tiny")
-    parser.add_argument("--methods", default=",".join(LOSSLESS))
+    parser.add_argument("--methods", help="default: the model's lossless methods")
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--prompts", type=int, default=8, help="requests a run, one at a time (the bench's prompts)")
     parser.add_argument("--row-cost", type=float, default=0.025, help="a row's cost over the base (prior: 0.025)")
@@ -158,7 +158,10 @@ def main() -> None:
     noises = [float(n) for n in args.noise.split(",")]
     prompts = [pool[i % len(pool)] for i in range(args.prompts)]
     records = []
-    for name in tqdm(args.methods.split(","), desc="methods"):
+    chosen = args.methods.split(",") if args.methods else [name for name in LOSSLESS if name in table]
+    if missing := sorted(set(chosen) - set(table)):
+        parser.error(f"no such method for --model {args.model}: {', '.join(missing)}")
+    for name in tqdm(chosen, desc="methods"):
         checkpoint, spec = table[name]
         records.append(replay(name, paths[checkpoint], spec, cost, noises, args.seeds, args.max_tokens, prompts))
         record = records[-1]
