@@ -992,6 +992,8 @@ class WidthPlanner:
                      "outside_ms": round(1e3 * self.gap.seconds, 3),
                      "drafting_outside_ms": round(1e3 * self.gap.seconds_for(1), 3),
                      "expected_share": round(self.expected_share, 3), "others_wait": int(self.others_wait)}
+        if self.realised:  # finished requests' tokens a drafting step (`realised`), their mean
+            described["realised"] = round(float(np.fromiter(self.realised, dtype=np.float64).mean()), 3)
         if self.branches:
             described["branches"] = round(self.branches, 3)  # the recycled branches a drafting forward carries
         return described

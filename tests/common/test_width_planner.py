@@ -252,6 +252,7 @@ def test_where_no_request_waits_a_step_drafts_only_where_it_speeds_up_its_slowes
     both.realised.extend([1.1] * 6)  # (taken in as requests finish, which replans: here a batch planned anew)
     assert both.plan(["b", "a"], [8, 8]).tolist() == [0, 0]
     ended = fitted_planner(0.2, batch=1)  # what a finished request realised: its tokens a drafting step
+    assert "realised" not in ended.describe()
     for accepted in (3, 1, 0, 0):
         ended.record(["a"], [8], [accepted])
     ended.record(["a"], [0], [0])  # a plain step is not one of them
@@ -259,7 +260,7 @@ def test_where_no_request_waits_a_step_drafts_only_where_it_speeds_up_its_slowes
     assert list(ended.realised) == [(4 + 2 + 1 + 1) / 4]
     ended.record(["b"], [8], [8])  # too few drafting steps to tell
     ended.forget(["b"])
-    assert list(ended.realised) == [2.0]
+    assert list(ended.realised) == [2.0] and ended.describe()["realised"] == 2.0  # their mean, reported
     # A layout of one width for the batch alike; and a fixed cost (tests, a run reproduced) plans as before.
     uniform = fitted_planner(0.2, batch=2)
     uniform.shape = replace(uniform.shape, uniform=True)
