@@ -892,6 +892,11 @@ class WidthPlanner:
         return not self.others_wait and self.cost.fixed is None
 
     @property
+    def realised_mean(self) -> float:
+        """The mean of what recently finished requests realised a drafting step (`realised`; none: NaN)."""
+        return float(np.mean(self.realised)) if self.realised else float("nan")
+
+    @property
     def _unpaid_vetoes(self) -> bool:
         """Whether plans are held to what recently finished requests realised (`UNPAID_WITHIN`, `_unpaid`)."""
         return self.cost.fixed is None and bool(self.realised) and self.finished - self.realised_at < self.UNPAID_WITHIN
@@ -903,8 +908,7 @@ class WidthPlanner:
         step. Where one would pay (the narrowest, as a rule: the realised tokens are mostly of wider steps), the rates
         stand: a request's drafts pay at some moments and not at others, and a plan drafting at the good ones may pay
         where the mean step does not (`UNPAID_MARGIN`)."""
-        mean = float(np.fromiter(self.realised, dtype=np.float64).mean())
-        realisable = (batch + drafters * (mean - 1.0)) / seconds
+        realisable = (batch + drafters * (self.realised_mean - 1.0)) / seconds
         return np.minimum(rates, realisable) if (self.UNPAID_MARGIN * realisable[1:] < rates[0]).all() else rates
 
     def _fair(self, rates: np.ndarray, taken: np.ndarray, gains: np.ndarray, seconds: np.ndarray) -> np.ndarray:
@@ -992,8 +996,8 @@ class WidthPlanner:
                      "outside_ms": round(1e3 * self.gap.seconds, 3),
                      "drafting_outside_ms": round(1e3 * self.gap.seconds_for(1), 3),
                      "expected_share": round(self.expected_share, 3), "others_wait": int(self.others_wait)}
-        if self.realised:  # finished requests' tokens a drafting step (`realised`), their mean
-            described["realised"] = round(float(np.fromiter(self.realised, dtype=np.float64).mean()), 3)
+        if self.realised:
+            described["realised"] = round(self.realised_mean, 3)
         if self.branches:
             described["branches"] = round(self.branches, 3)  # the recycled branches a drafting forward carries
         return described

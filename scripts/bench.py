@@ -446,14 +446,10 @@ def main() -> None:
 
         run = functools.partial(run_reference, device=args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if args.model == "smollm2":
-        from transformers import AutoTokenizer
-
         from scripts import chat_prompts, smollm2
 
         paths, methods, dtype = {"smollm2": smollm2.ensure()}, REAL_METHODS, "bfloat16"
-        tokenizer = AutoTokenizer.from_pretrained(paths["smollm2"])
-        prompts = [tokenizer.apply_chat_template(chat_prompts.messages(p), add_generation_prompt=True, tokenize=False)
-                   for p in chat_prompts.sample("heldout", 8)]
+        prompts = chat_prompts.texts(paths["smollm2"])
     else:
         paths, methods, prompts, dtype = copy(Path(args.models)), METHODS, PROMPTS, "float32"
     chosen = [(name, checkpoint, spec) for name, checkpoint, spec in methods

@@ -89,6 +89,16 @@ def render(tokenizer: Any, prompt: str) -> list[int]:
     return encode(tokenizer, messages(prompt))
 
 
+def texts(model_dir: Path | str, count: int = 8, split: str = "heldout") -> list[str]:
+    """`count` prompts of a split as texts in a checkpoint's chat template, ready for the assistant's answer (the
+    bench's, the replay's and the step profile's prompts on the real model)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    return [tokenizer.apply_chat_template(messages(p), add_generation_prompt=True, tokenize=False)
+            for p in sample(split, count)]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m scripts.chat_prompts", description=__doc__.splitlines()[0])
     parser.add_argument("out")

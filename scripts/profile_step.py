@@ -436,16 +436,11 @@ def run_step(args: argparse.Namespace) -> None:
 
 def real_model() -> tuple[dict[str, Path], list, list[str], dict]:
     """SmolLM2 (fetched and converted once), its methods, the held-out chat prompts, the main job's engine settings."""
-    from transformers import AutoTokenizer
-
     from scripts import chat_prompts, smollm2
     from scripts.bench import REAL_METHODS
 
     path = smollm2.ensure()
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    prompts = [tokenizer.apply_chat_template(chat_prompts.messages(p), add_generation_prompt=True, tokenize=False)
-               for p in chat_prompts.sample("heldout", 8)]
-    return {"smollm2": path}, REAL_METHODS, prompts, {"dtype": "bfloat16", "max_model_len": 1024}
+    return {"smollm2": path}, REAL_METHODS, chat_prompts.texts(path), {"dtype": "bfloat16", "max_model_len": 1024}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -143,14 +143,10 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3)
     args = parser.parse_args()
     if args.model == "smollm2":
-        from transformers import AutoTokenizer
-
         from scripts import chat_prompts, smollm2
 
         paths, methods = {"smollm2": smollm2.ensure()}, REAL_METHODS
-        tokenizer = AutoTokenizer.from_pretrained(paths["smollm2"])
-        pool = [tokenizer.apply_chat_template(chat_prompts.messages(p), add_generation_prompt=True, tokenize=False)
-                for p in chat_prompts.sample("heldout", 8)]
+        pool = chat_prompts.texts(paths["smollm2"])
     else:
         paths, methods, pool = copy(Path(args.models)), METHODS, PROMPTS
     table = {name: (checkpoint, spec) for name, checkpoint, spec in methods}
